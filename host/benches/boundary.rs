@@ -1,0 +1,239 @@
+//! The cost of the Wasm boundary, measured against native baselines in the
+//! same run (figures are printed, never asserted).
+//!
+//! 1. Per batch, at 1,024 / 8,192 / 65,536 rows of a 6-column bid batch:
+//!    the filter `price > 5000` done natively on the `RecordBatch`, and the
+//!    same filter as a Wasm step — answering with a selection and reading
+//!    only `price` (the contract's fast path), and answering with a new
+//!    batch of all columns (the naive path).
+//! 2. Whole pipelines, events/s: generator → blackhole; generator → SQL
+//!    filter → blackhole; generator → the Wasm filter step → blackhole.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::compute::filter_record_batch;
+use arrow::compute::kernels::cmp::gt;
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+use fvhost::plugin::{Catalog, PluginEngine, SandboxPolicy, StepInstance, TaskIdentity};
+use fvhost::runtime::{self, RunControl, StageMetrics};
+use fvhost::topology::Topology;
+
+fn bids(rows: usize) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("auction", DataType::Int64, false),
+        Field::new("bidder", DataType::Int64, false),
+        Field::new("price", DataType::Int64, false),
+        Field::new("channel", DataType::Utf8, false),
+        Field::new("url", DataType::Utf8, false),
+        Field::new(
+            "date_time",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]));
+    let mut x: u64 = 42;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let auction: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let bidder: Vec<i64> = (0..rows).map(|_| (next() % 100_000) as i64).collect();
+    let price: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let channel: Vec<String> = (0..rows).map(|i| format!("channel-{}", i % 100)).collect();
+    let url: Vec<String> = (0..rows)
+        .map(|i| format!("https://www.nexmark.com/item.htm?query=1&id={i}"))
+        .collect();
+    let ts: Vec<i64> = (0..rows as i64).map(|i| 1_704_067_200_000 + i).collect();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(auction)),
+            Arc::new(Int64Array::from(bidder)),
+            Arc::new(Int64Array::from(price)),
+            Arc::new(StringArray::from(channel)),
+            Arc::new(StringArray::from(url)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("bid batch")
+}
+
+/// Median time per call of `f` over enough calls to fill ~1 s.
+fn time_per_call(mut f: impl FnMut()) -> Duration {
+    for _ in 0..3 {
+        f();
+    }
+    let mut samples = Vec::new();
+    let budget = Instant::now();
+    while budget.elapsed() < Duration::from_secs(1) || samples.len() < 10 {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn test_step() -> PathBuf {
+    Path::new(env!("FV_PLUGIN_DIR")).join("test_step.wasm")
+}
+
+fn boundary(engine: &PluginEngine) {
+    let catalog = Catalog::new(engine);
+    let plugin = catalog.load_path(&test_step()).expect("test-step plugin");
+    let identity = TaskIdentity {
+        topology: "bench".into(),
+        stage: "filter".into(),
+        task_index: 0,
+        parallelism: 1,
+    };
+    println!("per batch: filter price > 5000 on a 6-column bid batch (median)");
+    println!(
+        "{:>8} {:>12} {:>18} {:>10} {:>18} {:>10}",
+        "rows", "native", "wasm (selection)", "ratio", "wasm (new batch)", "ratio"
+    );
+    for rows in [1024, 8192, 65536] {
+        let batch = bids(rows);
+        let native = time_per_call(|| {
+            let price = batch
+                .column(2)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("price");
+            let mask = gt(price, &Int64Array::new_scalar(5000)).expect("gt");
+            std::hint::black_box(filter_record_batch(&batch, &mask).expect("filter"));
+        });
+        let mut fast = StepInstance::open(
+            engine,
+            &plugin,
+            &SandboxPolicy::default(),
+            &identity,
+            r#"{"mode":"filter","value":5000}"#,
+            batch.schema(),
+        )
+        .expect("open fast step");
+        let mut naive = StepInstance::open(
+            engine,
+            &plugin,
+            &SandboxPolicy::default(),
+            &identity,
+            r#"{"mode":"filter-copy","value":5000}"#,
+            batch.schema(),
+        )
+        .expect("open naive step");
+        let expected = {
+            let price = batch
+                .column(2)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("price");
+            filter_record_batch(
+                &batch,
+                &gt(price, &Int64Array::new_scalar(5000)).expect("gt"),
+            )
+            .expect("filter")
+            .num_rows()
+        };
+        for step in [&mut fast, &mut naive] {
+            match step.call(&batch).expect("call") {
+                fvhost::plugin::StepReply::Rows(out) => assert_eq!(
+                    out.num_rows(),
+                    expected,
+                    "the Wasm filter disagrees with native"
+                ),
+                fvhost::plugin::StepReply::BadRows(_) => panic!("unexpected bad rows"),
+            }
+        }
+        let wasm_fast = time_per_call(|| {
+            std::hint::black_box(fast.call(&batch).expect("call"));
+        });
+        let wasm_naive = time_per_call(|| {
+            std::hint::black_box(naive.call(&batch).expect("call"));
+        });
+        println!(
+            "{rows:>8} {:>10.1}µs {:>16.1}µs {:>9.2}x {:>16.1}µs {:>9.2}x",
+            native.as_secs_f64() * 1e6,
+            wasm_fast.as_secs_f64() * 1e6,
+            wasm_fast.as_secs_f64() / native.as_secs_f64(),
+            wasm_naive.as_secs_f64() * 1e6,
+            wasm_naive.as_secs_f64() / native.as_secs_f64(),
+        );
+    }
+}
+
+fn pipeline(engine: &PluginEngine, dir: &Path, label: &str, middle: &str, events: u64) -> f64 {
+    let text = format!(
+        "batch_size = 8192\n[sources.bids]\nplugin = \"generator\"\nconfig = {{ stream = \"bid\", events = {events} }}\n{middle}\n[sinks.out]\ninput = \"{input}\"\nplugin = \"blackhole-sink\"\n",
+        input = if middle.is_empty() { "bids" } else { "filter" }
+    );
+    let file = dir.join(format!("{label}.toml"));
+    let topology = Topology::parse(&file, &text).unwrap_or_else(|d| panic!("{d}"));
+    let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
+    let metrics: Vec<Arc<StageMetrics>> = plan
+        .sources
+        .iter()
+        .map(|s| Arc::new(StageMetrics::new(&s.name, "source")))
+        .chain(
+            plan.stages
+                .iter()
+                .map(|s| Arc::new(StageMetrics::new(&s.name, s.kind))),
+        )
+        .chain(
+            plan.sinks
+                .iter()
+                .map(|s| Arc::new(StageMetrics::new(&s.name, "sink"))),
+        )
+        .collect();
+    let started = Instant::now();
+    runtime::run(plan, Arc::new(RunControl::default()), &metrics).expect("run");
+    let elapsed = started.elapsed().as_secs_f64();
+    // Nexmark bids are 46 of every 50 events.
+    let bids = StageMetrics::get(&metrics[0].rows_out) as f64;
+    let rate = bids / elapsed;
+    println!(
+        "{label:<40} {:>12.0} bids/s  ({bids} bids in {elapsed:.2}s)",
+        rate
+    );
+    rate
+}
+
+fn main() {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache");
+    let engine = PluginEngine::new(Some(cache)).expect("engine");
+    boundary(&engine);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events: u64 = std::env::var("FV_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    println!("\npipelines, {events} Nexmark events (bids only), parallelism 1:");
+    let base = pipeline(&engine, dir.path(), "generator → blackhole", "", events);
+    let sql = pipeline(
+        &engine,
+        dir.path(),
+        "generator → SQL filter → blackhole",
+        "[stages.filter]\ninput = \"bids\"\nsql = \"SELECT * FROM bids WHERE price > 5000\"",
+        events,
+    );
+    let wasm = pipeline(
+        &engine,
+        dir.path(),
+        "generator → Wasm filter → blackhole",
+        &format!(
+            "[stages.filter]\ninput = \"bids\"\npath = \"{}\"\nconfig = {{ mode = \"filter\", value = 5000 }}",
+            test_step().display()
+        ),
+        events,
+    );
+    println!(
+        "\nrelative to generator → blackhole: SQL filter {:.2}x, Wasm filter {:.2}x of its throughput",
+        sql / base,
+        wasm / base
+    );
+}

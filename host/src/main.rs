@@ -1,0 +1,263 @@
+//! The `fvhost` command line. Exit codes: 0 success (or a requested
+//! stop), 1 runtime failure, 2 configuration error (nothing ran).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use fvhost::plugin::{Catalog, PluginEngine, SUPPORTED_CONTRACT};
+use fvhost::runtime::{self, RunControl, StageMetrics, progress};
+use fvhost::topology::Topology;
+
+const EXIT_RUNTIME: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+
+/// fvhost runs continuous dataflows whose sources, steps and sinks are
+/// WebAssembly components, with native DataFusion SQL stages in between.
+///
+/// Start with `fvhost run examples/quickstart/topology.toml`.
+#[derive(Parser)]
+#[command(name = "fvhost", version, about, long_about = None, after_help = "\
+Exit codes: 0 = finished or stopped on request, 1 = runtime failure, 2 = configuration error (nothing ran).\n\
+Logs: RUST_LOG=fvhost=debug for more, --log-format json for machines.")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Where compiled components are cached [default: $FVHOST_CACHE_DIR or ~/.cache/fvhost/components].
+    #[arg(long, global = true)]
+    cache_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a topology, then run it until its sources drain or Ctrl-C.
+    ///
+    /// The first Ctrl-C (or SIGTERM) stops gracefully: sources stop, in-flight
+    /// batches finish and sinks commit. A second one exits at once.
+    Run {
+        /// The topology file.
+        topology: PathBuf,
+        /// Directory for the run's state [default: ./.fvhost/<topology name>].
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Do not draw the live progress display.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Check a topology without running it: syntax, keys, inputs, cycles,
+    /// plugins and their configs, SQL against the input schemas.
+    Validate {
+        /// The topology file.
+        topology: PathBuf,
+    },
+    /// Inspect plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// List the first-party plugins built into this fvhost.
+    List,
+    /// Show a plugin's metadata, kind, contract version, imports and exports.
+    Inspect {
+        /// A first-party plugin name or a path to a `.wasm` component.
+        plugin: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match execute(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fvhost=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == LogFormat::Json {
+        builder.json().init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<PluginEngine> {
+    let dir = cache_dir.or_else(PluginEngine::default_cache_dir);
+    PluginEngine::new(dir).context("starting the Wasm engine")
+}
+
+fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Validate { topology } => {
+            let engine = engine(cli.cache_dir)?;
+            let t = match Topology::load(&topology) {
+                Ok(t) => t,
+                Err(d) => {
+                    eprintln!("{d}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            match runtime::plan(t, &engine) {
+                Ok(plan) => {
+                    println!(
+                        "{}: ok ({} sources, {} stages, {} sinks)",
+                        topology.display(),
+                        plan.sources.len(),
+                        plan.stages.len(),
+                        plan.sinks.len()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(d) => {
+                    eprintln!("{d}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        Command::Run {
+            topology,
+            state_dir,
+            no_progress,
+        } => {
+            let engine = engine(cli.cache_dir)?;
+            let t = match Topology::load(&topology) {
+                Ok(t) => t,
+                Err(d) => {
+                    eprintln!("{d}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&t.name));
+            let plan = match runtime::plan(t, &engine) {
+                Ok(p) => p,
+                Err(d) => {
+                    eprintln!("{d}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+            let control = Arc::new(RunControl::default());
+            install_stop_handler(Arc::clone(&control))?;
+            let metrics = metrics_for(&plan);
+            let display = progress::Progress::start(&metrics, !no_progress);
+            tracing::info!(topology = %plan.topology.name, "running");
+            let result = runtime::run(plan, control, &metrics);
+            display.finish();
+            match result {
+                Ok(report) => {
+                    eprintln!("{}", progress::summary(&report.stages, report.elapsed));
+                    if report.stopped {
+                        eprintln!("stopped on request; sinks committed what they received");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{}", progress::summary(&metrics, std::time::Duration::ZERO));
+                    eprintln!("error: the run failed: {e}");
+                    Ok(ExitCode::from(EXIT_RUNTIME))
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::List) => {
+            let engine = engine(cli.cache_dir)?;
+            let catalog = Catalog::new(&engine);
+            println!("{:<16} {:<7} {:<9} description", "name", "kind", "version");
+            for name in Catalog::first_party_names() {
+                let p = catalog.load_named(name)?;
+                println!(
+                    "{:<16} {:<7} {:<9} {}",
+                    name, p.metadata.kind, p.metadata.version, p.metadata.description
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Inspect { plugin }) => {
+            let engine = engine(cli.cache_dir)?;
+            let catalog = Catalog::new(&engine);
+            let loaded = if plugin.ends_with(".wasm") || std::path::Path::new(&plugin).exists() {
+                catalog.load_path(std::path::Path::new(&plugin))
+            } else {
+                catalog.load_named(&plugin)
+            };
+            let p = match loaded {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let m = &p.metadata;
+            println!("name:        {}", m.name);
+            println!("version:     {}", m.version);
+            println!("kind:        {}", m.kind);
+            println!("world:       fv:plugin/{}-plugin@{}", m.kind, m.contract);
+            println!(
+                "contract:    fv:plugin {} (this host supports {})",
+                m.contract, SUPPORTED_CONTRACT
+            );
+            println!("description: {}", m.description);
+            println!("digest:      sha256:{}", p.digest);
+            println!("size:        {} bytes", p.size);
+            println!("exports:");
+            for e in p.exports.iter() {
+                println!("  {e}");
+            }
+            println!("imports:");
+            for i in p.imports.iter() {
+                println!("  {i}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn metrics_for(plan: &runtime::Plan) -> Vec<Arc<StageMetrics>> {
+    let mut m = Vec::new();
+    for s in &plan.sources {
+        m.push(Arc::new(StageMetrics::new(&s.name, "source")));
+    }
+    for s in &plan.stages {
+        m.push(Arc::new(StageMetrics::new(&s.name, s.kind)));
+    }
+    for s in &plan.sinks {
+        m.push(Arc::new(StageMetrics::new(&s.name, "sink")));
+    }
+    m
+}
+
+fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {
+    let presses = AtomicUsize::new(0);
+    ctrlc::set_handler(move || {
+        if presses.fetch_add(1, Ordering::SeqCst) == 0 {
+            eprintln!("\nstopping: finishing in-flight batches and committing sinks (press Ctrl-C again to exit now)");
+            control.request_stop();
+        } else {
+            std::process::exit(130);
+        }
+    })
+    .context("installing the Ctrl-C handler")
+}

@@ -1,0 +1,39 @@
+//! Host bindings of the `fv:plugin` worlds, generated from `wit/`.
+//!
+//! The `types` and `log` interfaces are generated once (with the step
+//! world) and shared by the other two worlds, so one `log` implementation
+//! and one linker serve every plugin kind.
+
+#![allow(missing_docs, clippy::all)]
+
+pub mod step {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "step-plugin",
+    });
+}
+
+pub mod source {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "source-plugin",
+        with: {
+            "fv:plugin/types": super::step::fv::plugin::types,
+            "fv:plugin/log": super::step::fv::plugin::log,
+        },
+    });
+}
+
+pub mod sink {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "sink-plugin",
+        with: {
+            "fv:plugin/types": super::step::fv::plugin::types,
+            "fv:plugin/log": super::step::fv::plugin::log,
+        },
+    });
+}
+
+pub use step::fv::plugin::log;
+pub use step::fv::plugin::types;

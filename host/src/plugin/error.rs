@@ -1,0 +1,64 @@
+//! What can go wrong with a plugin, classified so that the runtime can
+//! decide: isolate poison rows, or stop the stage with a clear message.
+
+use std::fmt;
+
+/// Why a plugin call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The guest trapped (a Rust panic, an out-of-bounds access, …). The
+    /// instance is dead and must be re-instantiated.
+    Trap,
+    /// The call ran past its CPU guard (`call_timeout`).
+    Timeout,
+    /// The guest tried to grow its memory past `memory_limit`.
+    MemoryLimit,
+    /// The plugin returned an error of its own.
+    Plugin,
+    /// The component cannot be loaded, linked or does not fit the contract.
+    Load,
+}
+
+/// A plugin failure, naming the plugin, the task and the reason.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("plugin `{plugin}` in {task}: {kind_text}{message}", kind_text = kind_text(kind))]
+pub struct PluginError {
+    /// The plugin's name.
+    pub plugin: String,
+    /// `stage[task]`.
+    pub task: String,
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// The reason, including the guest's panic message when it printed one.
+    pub message: String,
+}
+
+fn kind_text(kind: &FailureKind) -> &'static str {
+    match kind {
+        FailureKind::Trap => "trapped: ",
+        FailureKind::Timeout => "exceeded its CPU time: ",
+        FailureKind::MemoryLimit => "exceeded its memory limit: ",
+        FailureKind::Plugin => "",
+        FailureKind::Load => "cannot be loaded: ",
+    }
+}
+
+impl PluginError {
+    /// A failure the plugin reported itself.
+    pub fn reported(plugin: &str, task: &str, message: impl fmt::Display) -> Self {
+        PluginError {
+            plugin: plugin.to_string(),
+            task: task.to_string(),
+            kind: FailureKind::Plugin,
+            message: message.to_string(),
+        }
+    }
+
+    /// Whether the instance is unusable after this failure.
+    pub fn kills_instance(&self) -> bool {
+        matches!(
+            self.kind,
+            FailureKind::Trap | FailureKind::Timeout | FailureKind::MemoryLimit
+        )
+    }
+}

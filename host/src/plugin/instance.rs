@@ -1,0 +1,710 @@
+//! Plugin instances, one per task: open, call, classify failures, and
+//! re-instantiate after a trap.
+//!
+//! Each instance owns its store (one sandbox per task, reused across calls:
+//! a fresh store per call costs several times more). Every call runs under
+//! the CPU guard and the memory cap; a failure comes back as a
+//! [`PluginError`] naming the plugin, the task and the reason. This module
+//! never decides what a failure means for the run.
+
+use std::sync::Arc;
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::buffer::{BooleanBuffer, Buffer};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{Schema, SchemaRef};
+use wasmtime::Store;
+use wasmtime::Trap;
+use wasmtime::component::ResourceAny;
+
+use super::bindings::{self, types};
+use super::catalog::LoadedPlugin;
+use super::engine::{PluginEngine, TICK};
+use super::error::{FailureKind, PluginError};
+use super::sandbox::{HostState, SandboxPolicy};
+use crate::ipc;
+
+/// Where an instance runs.
+#[derive(Debug, Clone)]
+pub struct TaskIdentity {
+    /// Topology name.
+    pub topology: String,
+    /// Source, stage or sink name.
+    pub stage: String,
+    /// Task index in the stage.
+    pub task_index: u32,
+    /// Stage parallelism.
+    pub parallelism: u32,
+}
+
+impl TaskIdentity {
+    /// `stage[index]`, as logs and errors show it.
+    pub fn label(&self) -> String {
+        format!("{}[{}]", self.stage, self.task_index)
+    }
+
+    fn wit(&self) -> types::TaskContext {
+        types::TaskContext {
+            topology: self.topology.clone(),
+            stage: self.stage.clone(),
+            task_index: self.task_index,
+            parallelism: self.parallelism,
+        }
+    }
+}
+
+/// The plugin refused its configuration (from `open`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigRejection {
+    /// The key at fault inside the plugin's `config` table.
+    pub key: Option<String>,
+    /// Why.
+    pub message: String,
+}
+
+/// Why opening an instance failed.
+#[derive(Debug, Clone)]
+pub enum OpenError {
+    /// The plugin refused its config.
+    Config(ConfigRejection),
+    /// The plugin trapped, timed out, or could not be instantiated.
+    Plugin(PluginError),
+}
+
+impl From<PluginError> for OpenError {
+    fn from(e: PluginError) -> Self {
+        OpenError::Plugin(e)
+    }
+}
+
+/// The sandbox shared by the three instance kinds.
+struct Sandbox {
+    store: Store<HostState>,
+    plugin: LoadedPlugin,
+    policy: SandboxPolicy,
+    identity: TaskIdentity,
+    deadline_ticks: u64,
+}
+
+impl Sandbox {
+    fn new(
+        engine: &PluginEngine,
+        plugin: &LoadedPlugin,
+        policy: &SandboxPolicy,
+        identity: &TaskIdentity,
+    ) -> Result<Self, PluginError> {
+        let state = HostState::new(policy, &plugin.metadata.name, &identity.label()).map_err(
+            |message| PluginError {
+                plugin: plugin.metadata.name.clone(),
+                task: identity.label(),
+                kind: FailureKind::Load,
+                message,
+            },
+        )?;
+        let mut store = Store::new(&engine.engine, state);
+        store.limiter(|s| &mut s.memory);
+        let deadline_ticks = (policy.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64;
+        Ok(Sandbox {
+            store,
+            plugin: plugin.clone(),
+            policy: policy.clone(),
+            identity: identity.clone(),
+            deadline_ticks,
+        })
+    }
+
+    /// Arm the CPU guard for the next call.
+    fn arm(&mut self) {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+    }
+
+    fn error(&self, kind: FailureKind, message: impl Into<String>) -> PluginError {
+        PluginError {
+            plugin: self.plugin.metadata.name.clone(),
+            task: self.identity.label(),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Name what went wrong in a failed call.
+    fn classify(&self, err: wasmtime::Error) -> PluginError {
+        if let Some(desired) = self.store.data().memory.exceeded {
+            return self.error(
+                FailureKind::MemoryLimit,
+                format!(
+                    "it tried to grow its memory to {} MiB, over its memory_limit of {} MiB",
+                    desired >> 20,
+                    self.policy.memory_limit >> 20
+                ),
+            );
+        }
+        let stderr = self.store.data().stderr_text();
+        match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => self.error(
+                FailureKind::Timeout,
+                format!(
+                    "a call ran longer than its call_timeout of {:?} (an endless loop?)",
+                    self.policy.call_timeout
+                ),
+            ),
+            Some(trap) => {
+                let detail = if stderr.is_empty() {
+                    trap.to_string()
+                } else {
+                    format!("{trap}; the plugin printed: {stderr}")
+                };
+                self.error(FailureKind::Trap, detail)
+            }
+            None => {
+                let detail = if stderr.is_empty() {
+                    format!("{err:#}")
+                } else {
+                    format!("{err:#}; the plugin printed: {stderr}")
+                };
+                self.error(FailureKind::Trap, detail)
+            }
+        }
+    }
+
+    fn reported(&self, message: impl std::fmt::Display) -> PluginError {
+        self.error(FailureKind::Plugin, message.to_string())
+    }
+
+    fn instantiate_error(&self, e: wasmtime::Error) -> PluginError {
+        self.error(FailureKind::Load, format!("cannot instantiate: {e:#}"))
+    }
+}
+
+fn rejection(e: types::ConfigError) -> ConfigRejection {
+    ConfigRejection {
+        key: e.key,
+        message: e.message,
+    }
+}
+
+// ---------------------------------------------------------------- sources
+
+/// What a source poll produced.
+pub enum SourcePoll {
+    /// Rows and the positions after them.
+    Batch(RecordBatch, Vec<(String, Vec<u8>)>),
+    /// Nothing now.
+    Idle,
+    /// Drained.
+    Finished,
+}
+
+/// A source plugin instance for one task.
+pub struct SourceInstance {
+    sandbox: Sandbox,
+    world: bindings::source::SourcePlugin,
+    resource: ResourceAny,
+    schema: SchemaRef,
+}
+
+impl SourceInstance {
+    /// Instantiate and `open` with `config` (JSON).
+    pub fn open(
+        engine: &PluginEngine,
+        plugin: &LoadedPlugin,
+        policy: &SandboxPolicy,
+        identity: &TaskIdentity,
+        config: &str,
+    ) -> Result<Self, OpenError> {
+        let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
+        let pre = engine
+            .linker
+            .instantiate_pre(&plugin.component)
+            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre = bindings::source::SourcePluginPre::new(pre)
+            .map_err(|e| sandbox.instantiate_error(e))?;
+        sandbox.arm();
+        let world = pre
+            .instantiate(&mut sandbox.store)
+            .map_err(|e| sandbox.classify(e))?;
+        sandbox.arm();
+        let resource = world
+            .fv_plugin_source()
+            .source()
+            .call_open(&mut sandbox.store, config, &identity.wit())
+            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| OpenError::Config(rejection(e)))?;
+        sandbox.arm();
+        let schema_bytes = world
+            .fv_plugin_source()
+            .source()
+            .call_schema(&mut sandbox.store, resource)
+            .map_err(|e| sandbox.classify(e))?;
+        let schema = ipc::decode_schema(&schema_bytes)
+            .map_err(|e| sandbox.reported(format!("sent an unreadable schema: {e}")))?;
+        Ok(SourceInstance {
+            sandbox,
+            world,
+            resource,
+            schema,
+        })
+    }
+
+    /// The schema of every batch.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The splits this task reads.
+    pub fn splits(&mut self) -> Result<Vec<String>, PluginError> {
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_source()
+            .source()
+            .call_splits(&mut self.sandbox.store, resource)
+            .map_err(|e| self.sandbox.classify(e))
+    }
+
+    /// Seek to recorded positions.
+    pub fn restore(&mut self, positions: &[(String, Vec<u8>)]) -> Result<(), PluginError> {
+        let wit: Vec<bindings::source::exports::fv::plugin::source::SplitPosition> = positions
+            .iter()
+            .map(
+                |(split, position)| bindings::source::exports::fv::plugin::source::SplitPosition {
+                    split: split.clone(),
+                    position: position.clone(),
+                },
+            )
+            .collect();
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_source()
+            .source()
+            .call_restore(&mut self.sandbox.store, resource, &wit)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))
+    }
+
+    /// Produce at most `max_rows` rows.
+    pub fn poll(&mut self, max_rows: u32) -> Result<SourcePoll, PluginError> {
+        use bindings::source::exports::fv::plugin::source::PollResult;
+        self.sandbox.arm();
+        let resource = self.resource;
+        let result = self
+            .world
+            .fv_plugin_source()
+            .source()
+            .call_poll(&mut self.sandbox.store, resource, max_rows)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))?;
+        match result {
+            PollResult::Batch(b) => {
+                let batch = ipc::decode_batch(b.batch).map_err(|e| {
+                    self.sandbox
+                        .reported(format!("sent an unreadable batch: {e}"))
+                })?;
+                if batch.schema_ref().fields() != self.schema.fields() {
+                    return Err(self.sandbox.reported(format!(
+                        "sent a batch whose schema {} differs from its declared schema {}",
+                        batch.schema(),
+                        self.schema
+                    )));
+                }
+                Ok(SourcePoll::Batch(
+                    batch,
+                    b.positions
+                        .into_iter()
+                        .map(|p| (p.split, p.position))
+                        .collect(),
+                ))
+            }
+            PollResult::Idle => Ok(SourcePoll::Idle),
+            PollResult::Finished => Ok(SourcePoll::Finished),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ sinks
+
+/// A sink plugin instance for one task.
+pub struct SinkInstance {
+    sandbox: Sandbox,
+    world: bindings::sink::SinkPlugin,
+    resource: ResourceAny,
+}
+
+impl SinkInstance {
+    /// Instantiate and `open` with `config` (JSON) and the input schema.
+    pub fn open(
+        engine: &PluginEngine,
+        plugin: &LoadedPlugin,
+        policy: &SandboxPolicy,
+        identity: &TaskIdentity,
+        config: &str,
+        input: &Schema,
+    ) -> Result<Self, OpenError> {
+        let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
+        let pre = engine
+            .linker
+            .instantiate_pre(&plugin.component)
+            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre =
+            bindings::sink::SinkPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
+        sandbox.arm();
+        let world = pre
+            .instantiate(&mut sandbox.store)
+            .map_err(|e| sandbox.classify(e))?;
+        let schema = ipc::encode_schema(input).map_err(|e| sandbox.reported(e))?;
+        sandbox.arm();
+        let resource = world
+            .fv_plugin_sink()
+            .sink()
+            .call_open(&mut sandbox.store, config, &schema, &identity.wit())
+            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| OpenError::Config(rejection(e)))?;
+        Ok(SinkInstance {
+            sandbox,
+            world,
+            resource,
+        })
+    }
+
+    /// Write a batch of the current epoch.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), PluginError> {
+        let bytes = ipc::encode_batch(batch).map_err(|e| self.sandbox.reported(e))?;
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_sink()
+            .sink()
+            .call_write(&mut self.sandbox.store, resource, &bytes)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))
+    }
+
+    /// Pre-commit `epoch`; returns the handle for `commit`.
+    pub fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, PluginError> {
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_sink()
+            .sink()
+            .call_prepare(&mut self.sandbox.store, resource, epoch)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))
+    }
+
+    /// Commit `epoch` (idempotent).
+    pub fn commit(&mut self, epoch: u64, handle: &[u8]) -> Result<(), PluginError> {
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_sink()
+            .sink()
+            .call_commit(&mut self.sandbox.store, resource, epoch, handle)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))
+    }
+
+    /// Abort `epoch`.
+    pub fn abort(&mut self, epoch: u64) -> Result<(), PluginError> {
+        self.sandbox.arm();
+        let resource = self.resource;
+        self.world
+            .fv_plugin_sink()
+            .sink()
+            .call_abort(&mut self.sandbox.store, resource, epoch)
+            .map_err(|e| self.sandbox.classify(e))?
+            .map_err(|e| self.sandbox.reported(e))
+    }
+}
+
+// ------------------------------------------------------------------ steps
+
+/// A poison row reported by a step: its index in the batch and why.
+pub type BadRow = (usize, String);
+
+/// What a step made of one batch.
+pub enum StepReply {
+    /// The output rows.
+    Rows(RecordBatch),
+    /// The step named poison rows; nothing else was produced.
+    BadRows(Vec<BadRow>),
+}
+
+/// The outcome of processing a batch after poison isolation.
+pub struct ProcessOutcome {
+    /// Output rows of the good input rows.
+    pub output: Vec<RecordBatch>,
+    /// Poison rows: (input row, reason).
+    pub poison: Vec<BadRow>,
+}
+
+/// A step plugin instance for one task.
+pub struct StepInstance {
+    sandbox: Sandbox,
+    world: bindings::step::StepPlugin,
+    resource: ResourceAny,
+    engine_linker_pre: bindings::step::StepPluginPre<HostState>,
+    config: String,
+    input: SchemaRef,
+    /// Indices of the input columns the plugin reads (`None`: all).
+    projection: Option<Vec<usize>>,
+    output: SchemaRef,
+    /// How often the instance was re-created after a trap.
+    pub restarts: u64,
+}
+
+impl StepInstance {
+    /// Instantiate and `open` with `config` (JSON) and the input schema.
+    pub fn open(
+        engine: &PluginEngine,
+        plugin: &LoadedPlugin,
+        policy: &SandboxPolicy,
+        identity: &TaskIdentity,
+        config: &str,
+        input: SchemaRef,
+    ) -> Result<Self, OpenError> {
+        let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
+        let pre = engine
+            .linker
+            .instantiate_pre(&plugin.component)
+            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre =
+            bindings::step::StepPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
+        let (world, resource) = Self::start(&mut sandbox, &pre, config, &input)?;
+        let mut step = StepInstance {
+            sandbox,
+            world,
+            resource,
+            engine_linker_pre: pre,
+            config: config.to_string(),
+            input: Arc::clone(&input),
+            projection: None,
+            output: Arc::clone(&input),
+            restarts: 0,
+        };
+        step.describe()?;
+        Ok(step)
+    }
+
+    fn start(
+        sandbox: &mut Sandbox,
+        pre: &bindings::step::StepPluginPre<HostState>,
+        config: &str,
+        input: &Schema,
+    ) -> Result<(bindings::step::StepPlugin, ResourceAny), OpenError> {
+        sandbox.arm();
+        let world = pre
+            .instantiate(&mut sandbox.store)
+            .map_err(|e| sandbox.classify(e))?;
+        let schema = ipc::encode_schema(input).map_err(|e| sandbox.reported(e))?;
+        sandbox.arm();
+        let identity = sandbox.identity.wit();
+        let resource = world
+            .fv_plugin_step()
+            .step()
+            .call_open(&mut sandbox.store, config, &schema, &identity)
+            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| OpenError::Config(rejection(e)))?;
+        Ok((world, resource))
+    }
+
+    /// Ask the plugin which columns it reads and what it returns.
+    fn describe(&mut self) -> Result<(), OpenError> {
+        let resource = self.resource;
+        self.sandbox.arm();
+        let columns = self
+            .world
+            .fv_plugin_step()
+            .step()
+            .call_input_columns(&mut self.sandbox.store, resource)
+            .map_err(|e| self.sandbox.classify(e))?;
+        self.projection = match columns {
+            None => None,
+            Some(names) => {
+                let mut indices = Vec::with_capacity(names.len());
+                for name in names {
+                    let idx = self.input.index_of(&name).map_err(|_| {
+                        OpenError::Config(ConfigRejection {
+                            key: None,
+                            message: format!(
+                                "the step reads column `{name}`, which its input does not have"
+                            ),
+                        })
+                    })?;
+                    indices.push(idx);
+                }
+                Some(indices)
+            }
+        };
+        self.sandbox.arm();
+        let bytes = self
+            .world
+            .fv_plugin_step()
+            .step()
+            .call_output_schema(&mut self.sandbox.store, resource)
+            .map_err(|e| self.sandbox.classify(e))?;
+        self.output = ipc::decode_schema(&bytes).map_err(|e| {
+            self.sandbox
+                .reported(format!("sent an unreadable output schema: {e}"))
+        })?;
+        Ok(())
+    }
+
+    /// The schema of the rows leaving the step.
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// The plugin's name.
+    pub fn plugin_name(&self) -> &str {
+        &self.sandbox.plugin.metadata.name
+    }
+
+    /// Replace a dead instance (after a trap) with a fresh one.
+    pub fn restart(&mut self) -> Result<(), PluginError> {
+        let engine_state = HostState::new(
+            &self.sandbox.policy,
+            &self.sandbox.plugin.metadata.name,
+            &self.sandbox.identity.label(),
+        )
+        .map_err(|m| self.sandbox.error(FailureKind::Load, m))?;
+        let engine = self.sandbox.store.engine().clone();
+        let mut store = Store::new(&engine, engine_state);
+        store.limiter(|s| &mut s.memory);
+        self.sandbox.store = store;
+        let (world, resource) = match Self::start(
+            &mut self.sandbox,
+            &self.engine_linker_pre,
+            &self.config,
+            &self.input,
+        ) {
+            Ok(started) => started,
+            Err(OpenError::Plugin(e)) => return Err(e),
+            Err(OpenError::Config(c)) => {
+                return Err(self
+                    .sandbox
+                    .reported(format!("refused its config on restart: {}", c.message)));
+            }
+        };
+        self.world = world;
+        self.resource = resource;
+        self.restarts += 1;
+        Ok(())
+    }
+
+    /// Call `process` once on `batch` (all input columns).
+    pub fn call(&mut self, batch: &RecordBatch) -> Result<StepReply, PluginError> {
+        use bindings::step::exports::fv::plugin::step::{ProcessError, StepOutput};
+        let sent = match &self.projection {
+            Some(indices) => batch
+                .project(indices)
+                .map_err(|e| self.sandbox.reported(e))?,
+            None => batch.clone(),
+        };
+        let bytes = ipc::encode_batch(&sent).map_err(|e| self.sandbox.reported(e))?;
+        self.sandbox.arm();
+        let resource = self.resource;
+        let result = self
+            .world
+            .fv_plugin_step()
+            .step()
+            .call_process(&mut self.sandbox.store, resource, &bytes)
+            .map_err(|e| self.sandbox.classify(e))?;
+        let output = match result {
+            Ok(output) => output,
+            Err(ProcessError::BadRows(rows)) => {
+                let mut bad = Vec::with_capacity(rows.len());
+                for r in rows {
+                    let row = r.row as usize;
+                    if row >= batch.num_rows() {
+                        return Err(self.sandbox.reported(format!(
+                            "named row {row} as bad in a batch of {} rows",
+                            batch.num_rows()
+                        )));
+                    }
+                    bad.push((row, r.message));
+                }
+                if bad.is_empty() {
+                    return Err(self.sandbox.reported("reported bad rows but named none"));
+                }
+                return Ok(StepReply::BadRows(bad));
+            }
+            Err(ProcessError::Failed(message)) => return Err(self.sandbox.reported(message)),
+        };
+        let rows = match output {
+            StepOutput::Keep(bits) => {
+                let n = batch.num_rows();
+                if bits.len() < n.div_ceil(8) {
+                    return Err(self.sandbox.reported(format!(
+                        "returned a selection of {} bytes for {n} rows",
+                        bits.len()
+                    )));
+                }
+                let mask =
+                    BooleanArray::new(BooleanBuffer::new(Buffer::from_vec(bits), 0, n), None);
+                filter_record_batch(batch, &mask).map_err(|e| self.sandbox.reported(e))?
+            }
+            StepOutput::Columns(bytes) => {
+                let columns = ipc::decode_batch(bytes).map_err(|e| {
+                    self.sandbox
+                        .reported(format!("sent unreadable columns: {e}"))
+                })?;
+                self.merge_columns(batch, &columns)?
+            }
+            StepOutput::Batch(bytes) => {
+                let out = ipc::decode_batch(bytes).map_err(|e| {
+                    self.sandbox
+                        .reported(format!("sent an unreadable batch: {e}"))
+                })?;
+                if out.schema_ref().fields() != self.output.fields() {
+                    return Err(self.sandbox.reported(format!(
+                        "returned a batch with schema {} but declared {}",
+                        out.schema(),
+                        self.output
+                    )));
+                }
+                out
+            }
+        };
+        Ok(StepReply::Rows(rows))
+    }
+
+    /// Replace (by name) or append the returned columns.
+    fn merge_columns(
+        &self,
+        input: &RecordBatch,
+        columns: &RecordBatch,
+    ) -> Result<RecordBatch, PluginError> {
+        if columns.num_rows() != input.num_rows() {
+            return Err(self.sandbox.reported(format!(
+                "returned {} rows of columns for {} input rows",
+                columns.num_rows(),
+                input.num_rows()
+            )));
+        }
+        let mut arrays = Vec::with_capacity(self.output.fields().len());
+        for field in self.output.fields() {
+            let array = columns
+                .column_by_name(field.name())
+                .or_else(|| input.column_by_name(field.name()))
+                .ok_or_else(|| {
+                    self.sandbox.reported(format!(
+                        "its output column `{}` was not returned",
+                        field.name()
+                    ))
+                })?;
+            arrays.push(Arc::clone(array));
+        }
+        RecordBatch::try_new(Arc::clone(&self.output), arrays).map_err(|e| self.sandbox.reported(e))
+    }
+}
+
+impl OpenError {
+    /// A readable one-line description.
+    pub fn message(&self) -> String {
+        match self {
+            OpenError::Config(c) => c.message.clone(),
+            OpenError::Plugin(p) => p.to_string(),
+        }
+    }
+}

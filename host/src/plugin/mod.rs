@@ -1,0 +1,28 @@
+//! The Wasm side of the host: compiling, sandboxing and calling plugins.
+//!
+//! Entry points: [`PluginEngine`] (one per process: the wasmtime engine,
+//! the CPU-guard ticker and the compiled-component cache), [`Catalog`]
+//! (first-party plugins by name, or a `.wasm` path), and the per-task
+//! instances [`SourceInstance`], [`SinkInstance`] and [`StepInstance`].
+//!
+//! This module never sees topology files and never decides what a failure
+//! means for the run: it reports [`PluginError`]s that name the plugin, the
+//! task and the reason, and the runtime decides.
+
+mod bindings;
+mod catalog;
+mod engine;
+mod error;
+mod instance;
+mod metadata;
+mod sandbox;
+
+pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
+pub use engine::PluginEngine;
+pub use error::{FailureKind, PluginError};
+pub use instance::{
+    BadRow, ConfigRejection, OpenError, ProcessOutcome, SinkInstance, SourceInstance, SourcePoll,
+    StepInstance, StepReply, TaskIdentity,
+};
+pub use metadata::{ContractVersion, PluginKind, PluginMetadata, SUPPORTED_CONTRACT};
+pub use sandbox::SandboxPolicy;

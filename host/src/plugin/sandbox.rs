@@ -1,0 +1,159 @@
+//! The sandbox of one plugin instance: WASI with only the grants the
+//! topology gives, a memory cap, and the per-call CPU guard.
+//!
+//! This module owns the store's data ([`HostState`]) and the `log` import.
+//! It must never grant anything the policy does not name: no inherited
+//! environment, no network, no directory outside `allow_read`/`allow_write`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::log;
+
+/// What a plugin instance may touch, from the topology.
+#[derive(Debug, Clone)]
+pub struct SandboxPolicy {
+    /// Directories readable by the plugin: (path the guest uses, host path).
+    pub read_dirs: Vec<(String, PathBuf)>,
+    /// Directories readable and writable: (guest path, host path).
+    pub write_dirs: Vec<(String, PathBuf)>,
+    /// Environment variables passed in (name, value).
+    pub env: Vec<(String, String)>,
+    /// Cap on the guest's linear memories, in bytes.
+    pub memory_limit: usize,
+    /// CPU guard: the longest one call may run.
+    pub call_timeout: Duration,
+}
+
+impl Default for SandboxPolicy {
+    fn default() -> Self {
+        SandboxPolicy {
+            read_dirs: Vec::new(),
+            write_dirs: Vec::new(),
+            env: Vec::new(),
+            memory_limit: 512 << 20,
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Guest stderr is kept (for panic messages in trap reports) up to this size.
+const STDERR_CAPACITY: usize = 4 << 20;
+
+/// Memory cap that remembers it was hit, so a trap can be named precisely.
+pub(crate) struct MemoryCap {
+    limit: usize,
+    pub(crate) exceeded: Option<usize>,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = Some(desired);
+            return Err(wasmtime::format_err!(
+                "memory growth to {desired} bytes exceeds the cap of {} bytes",
+                self.limit
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The data of one plugin instance's store.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) memory: MemoryCap,
+    pub(crate) stderr: MemoryOutputPipe,
+    /// `plugin`, for log records.
+    plugin: String,
+    /// `stage[task]`, for log records.
+    task: String,
+}
+
+impl HostState {
+    /// Build the sandbox for one instance.
+    pub(crate) fn new(policy: &SandboxPolicy, plugin: &str, task: &str) -> Result<Self, String> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let mut builder = WasiCtxBuilder::new();
+        builder.inherit_stdout().stderr(stderr.clone());
+        for (name, value) in &policy.env {
+            builder.env(name, value);
+        }
+        for (guest, host) in &policy.read_dirs {
+            builder
+                .preopened_dir(host, guest, FsPerms::ReadOnly)
+                .map_err(|e| format!("cannot grant read access to `{}`: {e}", host.display()))?;
+        }
+        for (guest, host) in &policy.write_dirs {
+            builder
+                .preopened_dir(host, guest, FsPerms::ReadWrite)
+                .map_err(|e| format!("cannot grant write access to `{}`: {e}", host.display()))?;
+        }
+        Ok(HostState {
+            wasi: builder.build(),
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                limit: policy.memory_limit,
+                exceeded: None,
+            },
+            stderr,
+            plugin: plugin.to_string(),
+            task: task.to_string(),
+        })
+    }
+
+    /// What the guest printed on stderr (its panic message, usually).
+    pub(crate) fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let (plugin, task) = (&self.plugin, &self.task);
+        match level {
+            log::Level::Trace => {
+                tracing::trace!(target: "fvhost::plugin", plugin, task, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "fvhost::plugin", plugin, task, "{message}")
+            }
+            log::Level::Info => tracing::info!(target: "fvhost::plugin", plugin, task, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "fvhost::plugin", plugin, task, "{message}"),
+            log::Level::Error => {
+                tracing::error!(target: "fvhost::plugin", plugin, task, "{message}")
+            }
+        }
+    }
+}

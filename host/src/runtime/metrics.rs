@@ -1,0 +1,46 @@
+//! Per-stage counters, updated by tasks and read by the progress display
+//! and the final report. Lock-free: tasks never wait on a reader.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of one source, stage or sink (all its tasks together).
+#[derive(Debug, Default)]
+pub struct StageMetrics {
+    /// Name in the topology.
+    pub name: String,
+    /// `source`, `sql`, `step` or `sink`.
+    pub kind: &'static str,
+    /// Rows received.
+    pub rows_in: AtomicU64,
+    /// Rows sent on (for sinks: rows written).
+    pub rows_out: AtomicU64,
+    /// Batches received.
+    pub batches_in: AtomicU64,
+    /// Rows sent to the dead-letter output (or counted, without one).
+    pub dead_lettered: AtomicU64,
+    /// Plugin instances re-created after a trap.
+    pub restarts: AtomicU64,
+    /// Epochs committed (sinks).
+    pub commits: AtomicU64,
+}
+
+impl StageMetrics {
+    /// Counters for `name`.
+    pub fn new(name: &str, kind: &'static str) -> Self {
+        StageMetrics {
+            name: name.to_string(),
+            kind,
+            ..Default::default()
+        }
+    }
+
+    /// Add to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Read a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,27 @@
+//! The dataflow runtime: tasks, bounded edges, and the in-band messages.
+//!
+//! Read [`Message`] and [`Operator`] first: the messages that flow on an
+//! edge, and the one trait whose hooks are those messages. Then
+//! [`plan::plan`] (topology → opened plugins and planned queries, or
+//! diagnostics) and [`executor::run`] (threads, channels, stop and failure).
+//!
+//! Every task is a thread; every edge is a bounded channel, so a slow sink
+//! slows its sources and memory stays flat. The runtime never parses
+//! topology files and never touches plugin bytes.
+
+pub mod control;
+pub mod dead_letter;
+pub mod executor;
+pub mod message;
+pub mod metrics;
+pub mod operator;
+pub mod operators;
+pub mod plan;
+pub mod progress;
+
+pub use control::RunControl;
+pub use executor::{RunError, RunReport, run};
+pub use message::Message;
+pub use metrics::StageMetrics;
+pub use operator::{Emitter, Operator, TaskError};
+pub use plan::{Plan, plan};

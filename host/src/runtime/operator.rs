@@ -1,0 +1,128 @@
+//! The [`Operator`] trait — one hook per in-band message — and the
+//! [`Emitter`] through which an operator sends rows on.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use crossbeam_channel::Sender;
+
+use super::message::Message;
+use super::metrics::StageMetrics;
+use crate::plugin::PluginError;
+use crate::sql::SqlError;
+
+/// Why a task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// A plugin failed.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// A SQL stage failed on a batch.
+    #[error("stage `{stage}`: {error}")]
+    Sql {
+        /// The stage.
+        stage: String,
+        /// What failed.
+        error: SqlError,
+    },
+    /// Downstream is gone (it failed); this task stops quietly.
+    #[error("downstream closed")]
+    DownstreamClosed,
+}
+
+/// An operator inside a stage task. The runtime calls one hook per message.
+pub trait Operator: Send {
+    /// Rows arrived on input `input`.
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError>;
+    /// Periodic call while idle or between batches (commit timers).
+    fn on_tick(&mut self, _out: &mut Emitter) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Every input ended: flush and finish (sinks commit here).
+    fn on_end_of_stream(&mut self, _out: &mut Emitter) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// The run failed elsewhere: discard uncommitted work.
+    fn on_abort(&mut self) {}
+}
+
+/// The senders of one downstream stage: one per downstream task.
+pub struct Downstream {
+    senders: Vec<Sender<Message>>,
+    next: usize,
+}
+
+impl Downstream {
+    /// Senders to every task of one downstream stage.
+    pub fn new(senders: Vec<Sender<Message>>) -> Self {
+        Downstream { senders, next: 0 }
+    }
+}
+
+/// Sends an operator's output on every outgoing edge.
+pub struct Emitter {
+    downstream: Vec<Downstream>,
+    dead_letter: Option<Sender<Message>>,
+    /// The stage's counters.
+    pub metrics: Arc<StageMetrics>,
+}
+
+impl Emitter {
+    /// An emitter over `downstream` edges.
+    pub fn new(
+        downstream: Vec<Downstream>,
+        dead_letter: Option<Sender<Message>>,
+        metrics: Arc<StageMetrics>,
+    ) -> Self {
+        Emitter {
+            downstream,
+            dead_letter,
+            metrics,
+        }
+    }
+
+    /// Send rows to every downstream stage (round-robin over its tasks).
+    /// Blocks while the edge is full: this is the backpressure.
+    pub fn emit(&mut self, batch: RecordBatch) -> Result<(), TaskError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        StageMetrics::add(&self.metrics.rows_out, batch.num_rows() as u64);
+        for d in &mut self.downstream {
+            if d.senders.is_empty() {
+                continue;
+            }
+            let i = d.next % d.senders.len();
+            d.next = d.next.wrapping_add(1);
+            d.senders[i]
+                .send(Message::Batch(batch.clone()))
+                .map_err(|_| TaskError::DownstreamClosed)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a dead-letter output exists.
+    pub fn has_dead_letter(&self) -> bool {
+        self.dead_letter.is_some()
+    }
+
+    /// Send poison rows (already in the dead-letter schema).
+    pub fn dead_letter(&mut self, batch: RecordBatch) -> Result<(), TaskError> {
+        StageMetrics::add(&self.metrics.dead_lettered, batch.num_rows() as u64);
+        if let Some(dlq) = &self.dead_letter {
+            dlq.send(Message::Batch(batch))
+                .map_err(|_| TaskError::DownstreamClosed)?;
+        }
+        Ok(())
+    }
+
+    /// Tell every downstream task this task is done.
+    pub fn end_of_stream(&mut self) {
+        for d in &self.downstream {
+            for s in &d.senders {
+                let _ = s.send(Message::EndOfStream);
+            }
+        }
+        self.dead_letter = None;
+    }
+}

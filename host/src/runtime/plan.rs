@@ -1,0 +1,367 @@
+//! From a checked [`Topology`] to a [`Plan`]: every plugin loaded and
+//! opened (one instance per task), every SQL query planned, every schema
+//! checked along the edges. Everything that can fail before data moves
+//! fails here, as [`Diagnostics`] pointing into the topology file.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+
+use crate::plugin::{
+    Catalog, LoadedPlugin, OpenError, PluginEngine, PluginKind, SinkInstance, SourceInstance,
+    StepInstance, TaskIdentity,
+};
+use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
+use crate::sql::StatelessQuery;
+use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, StageKind, Topology};
+
+/// A source with its opened instances.
+pub struct PlannedSource {
+    /// Name.
+    pub name: String,
+    /// One instance per task.
+    pub tasks: Vec<SourceInstance>,
+    /// Output schema.
+    pub schema: SchemaRef,
+}
+
+/// What one stage task runs.
+pub enum StageTask {
+    /// A planned query.
+    Sql(StatelessQuery),
+    /// An opened step.
+    Step(StepInstance),
+}
+
+/// A stage with its tasks.
+pub struct PlannedStage {
+    /// Name.
+    pub name: String,
+    /// Input names.
+    pub inputs: Vec<String>,
+    /// `sql` or `step`.
+    pub kind: &'static str,
+    /// One per task.
+    pub tasks: Vec<StageTask>,
+    /// Output schema.
+    pub schema: SchemaRef,
+}
+
+/// A sink with its opened instances.
+pub struct PlannedSink {
+    /// Name.
+    pub name: String,
+    /// Input names.
+    pub inputs: Vec<String>,
+    /// One instance per task.
+    pub tasks: Vec<SinkInstance>,
+}
+
+/// A topology ready to run.
+pub struct Plan {
+    /// The topology.
+    pub topology: Topology,
+    /// Sources.
+    pub sources: Vec<PlannedSource>,
+    /// Stages in topological order.
+    pub stages: Vec<PlannedStage>,
+    /// Sinks.
+    pub sinks: Vec<PlannedSink>,
+    /// Loaded plugins by reference, for reports.
+    pub plugins: BTreeMap<String, LoadedPlugin>,
+}
+
+struct Planner<'a> {
+    topology: &'a Topology,
+    catalog: Catalog<'a>,
+    engine: &'a PluginEngine,
+    loaded: BTreeMap<String, LoadedPlugin>,
+    errors: Vec<Diagnostic>,
+}
+
+/// Load, open and check everything in `topology`.
+pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnostics> {
+    let mut p = Planner {
+        topology: &topology,
+        catalog: Catalog::new(engine),
+        engine,
+        loaded: BTreeMap::new(),
+        errors: Vec::new(),
+    };
+    let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
+    let mut sources = Vec::new();
+    for node in &topology.sources {
+        let key = format!("sources.{}", node.name);
+        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Source) else {
+            continue;
+        };
+        let mut tasks = Vec::new();
+        for i in 0..node.parallelism {
+            let id = p.identity(&node.name, i, node.parallelism);
+            match SourceInstance::open(
+                engine,
+                &plugin,
+                &node.plugin.sandbox,
+                &id,
+                &node.plugin.config_json,
+            ) {
+                Ok(inst) => tasks.push(inst),
+                Err(e) => {
+                    p.open_error(&key, e);
+                    break;
+                }
+            }
+        }
+        if tasks.len() == node.parallelism as usize {
+            let schema = tasks[0].schema();
+            schemas.insert(node.name.clone(), Arc::clone(&schema));
+            sources.push(PlannedSource {
+                name: node.name.clone(),
+                tasks,
+                schema,
+            });
+        }
+    }
+    let mut stages = Vec::new();
+    for node in &topology.stages {
+        let key = format!("stages.{}", node.name);
+        let Some(input) = p.input_schema(&key, &node.inputs, &schemas) else {
+            continue;
+        };
+        let mut tasks = Vec::new();
+        let mut schema = None;
+        match &node.kind {
+            StageKind::Sql(sql) => {
+                if node.inputs.len() != 1 {
+                    p.errors.push(topology.source_map.at_key(
+                        &format!("{key}.input"),
+                        "a SQL stage reads exactly one input",
+                    ));
+                    continue;
+                }
+                for _ in 0..node.parallelism {
+                    match StatelessQuery::plan(sql, &node.inputs[0], Arc::clone(&input)) {
+                        Ok(q) => {
+                            schema = Some(q.output_schema());
+                            tasks.push(StageTask::Sql(q));
+                        }
+                        Err(e) => {
+                            p.errors.push(
+                                topology
+                                    .source_map
+                                    .at_key(&format!("{key}.sql"), e.to_string()),
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+            StageKind::Step(use_) => {
+                let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
+                    continue;
+                };
+                for i in 0..node.parallelism {
+                    let id = p.identity(&node.name, i, node.parallelism);
+                    match StepInstance::open(
+                        engine,
+                        &plugin,
+                        &use_.sandbox,
+                        &id,
+                        &use_.config_json,
+                        Arc::clone(&input),
+                    ) {
+                        Ok(inst) => {
+                            schema = Some(inst.output_schema());
+                            tasks.push(StageTask::Step(inst));
+                        }
+                        Err(e) => {
+                            p.open_error(&key, e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
+            schemas.insert(node.name.clone(), Arc::clone(&schema));
+            let kind = if matches!(node.kind, StageKind::Sql(_)) {
+                "sql"
+            } else {
+                "step"
+            };
+            stages.push(PlannedStage {
+                name: node.name.clone(),
+                inputs: node.inputs.clone(),
+                kind,
+                tasks,
+                schema,
+            });
+        }
+    }
+    let mut sinks = Vec::new();
+    for node in &topology.sinks {
+        let key = format!("sinks.{}", node.name);
+        let is_dlq = topology.dead_letter.as_deref() == Some(node.name.as_str());
+        let input = if is_dlq {
+            Some(Arc::clone(&DEAD_LETTER_SCHEMA))
+        } else {
+            p.input_schema(&key, &node.inputs, &schemas)
+        };
+        let Some(input) = input else { continue };
+        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Sink) else {
+            continue;
+        };
+        // The dead-letter sink has one task: poison rows are rare.
+        let parallelism = if is_dlq { 1 } else { node.parallelism };
+        let mut tasks = Vec::new();
+        for i in 0..parallelism {
+            let id = p.identity(&node.name, i, parallelism);
+            match SinkInstance::open(
+                engine,
+                &plugin,
+                &node.plugin.sandbox,
+                &id,
+                &node.plugin.config_json,
+                &input,
+            ) {
+                Ok(inst) => tasks.push(inst),
+                Err(e) => {
+                    p.open_error(&key, e);
+                    break;
+                }
+            }
+        }
+        if tasks.len() == parallelism as usize {
+            sinks.push(PlannedSink {
+                name: node.name.clone(),
+                inputs: node.inputs.clone(),
+                tasks,
+            });
+        }
+    }
+    let Planner { errors, loaded, .. } = p;
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+    Ok(Plan {
+        topology,
+        sources,
+        stages,
+        sinks,
+        plugins: loaded,
+    })
+}
+
+impl Planner<'_> {
+    fn identity(&self, stage: &str, index: u32, parallelism: u32) -> TaskIdentity {
+        TaskIdentity {
+            topology: self.topology.name.clone(),
+            stage: stage.to_string(),
+            task_index: index,
+            parallelism,
+        }
+    }
+
+    /// Load the plugin of `key` and check it is of `kind`.
+    fn load(&mut self, key: &str, use_: &PluginUse, kind: PluginKind) -> Option<LoadedPlugin> {
+        let (reference, field) = match &use_.plugin {
+            PluginRef::Named(n) => (n.clone(), "plugin"),
+            PluginRef::Path(p) => (p.display().to_string(), "path"),
+        };
+        let loaded = match self.loaded.get(&reference) {
+            Some(l) => l.clone(),
+            None => {
+                let result = match &use_.plugin {
+                    PluginRef::Named(n) => {
+                        if !Catalog::first_party_names().contains(&n.as_str()) {
+                            self.errors.push(self.topology.source_map.at_key(
+                                &format!("{key}.plugin"),
+                                format!(
+                                    "unknown plugin `{n}`; first-party plugins are: {} (or give `path = \"<file.wasm>\"`)",
+                                    Catalog::first_party_names().join(", ")
+                                ),
+                            ));
+                            return None;
+                        }
+                        self.catalog.load_named(n)
+                    }
+                    PluginRef::Path(p) => self.catalog.load_path(p),
+                };
+                match result {
+                    Ok(l) => {
+                        self.loaded.insert(reference.clone(), l.clone());
+                        l
+                    }
+                    Err(e) => {
+                        self.errors.push(
+                            self.topology
+                                .source_map
+                                .at_key(&format!("{key}.{field}"), e.to_string()),
+                        );
+                        return None;
+                    }
+                }
+            }
+        };
+        if loaded.metadata.kind != kind {
+            self.errors.push(self.topology.source_map.at_key(
+                &format!("{key}.{field}"),
+                format!(
+                    "`{reference}` is a {} plugin, but `{key}` needs a {kind}",
+                    loaded.metadata.kind
+                ),
+            ));
+            return None;
+        }
+        let _ = self.engine;
+        Some(loaded)
+    }
+
+    /// The schema flowing into a node; inputs of a fan-in must agree.
+    fn input_schema(
+        &mut self,
+        key: &str,
+        inputs: &[String],
+        schemas: &BTreeMap<String, SchemaRef>,
+    ) -> Option<SchemaRef> {
+        let mut found: Option<(String, SchemaRef)> = None;
+        for input in inputs {
+            // An input that failed to plan has its own diagnostic already.
+            let schema = schemas.get(input)?;
+            match &found {
+                None => found = Some((input.clone(), Arc::clone(schema))),
+                Some((first, s)) if s.fields() != schema.fields() => {
+                    self.errors.push(self.topology.source_map.at_key(
+                        &format!("{key}.input"),
+                        format!("inputs `{first}` and `{input}` have different schemas ({s} vs {schema}); a fan-in needs identical schemas"),
+                    ));
+                    return None;
+                }
+                Some(_) => {}
+            }
+        }
+        found.map(|(_, s)| s)
+    }
+
+    fn open_error(&mut self, key: &str, e: OpenError) {
+        let d = match e {
+            OpenError::Config(c) => match c.key {
+                Some(k) => {
+                    // serde paths look like `columns[0]`; the key index uses `columns.0`.
+                    let k = k.replace('[', ".").replace(']', "");
+                    self.topology.source_map.at_key(
+                        &format!("{key}.config.{k}"),
+                        format!("the plugin refused its config: {}", c.message),
+                    )
+                }
+                None => self.topology.source_map.at_key(
+                    &format!("{key}.config"),
+                    format!("the plugin refused its config: {}", c.message),
+                ),
+            },
+            OpenError::Plugin(p) => self.topology.source_map.at_key(key, p.to_string()),
+        };
+        self.errors.push(d);
+    }
+}

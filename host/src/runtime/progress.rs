@@ -1,0 +1,109 @@
+//! The live progress display (rows and rows/s per stage) while a run is in
+//! a terminal, and the summary printed when it ends. Reads counters only;
+//! never slows a task.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::metrics::StageMetrics;
+
+/// A running display; dropping it without [`Progress::finish`] also stops it.
+pub struct Progress {
+    done: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Start drawing on stderr if it is a terminal (and `enabled`).
+    pub fn start(metrics: &[Arc<StageMetrics>], enabled: bool) -> Progress {
+        let done = Arc::new(AtomicBool::new(false));
+        if !enabled || !std::io::stderr().is_terminal() {
+            return Progress { done, thread: None };
+        }
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+        let style = ProgressStyle::with_template("{spinner} {prefix:<24} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let bars: Vec<(Arc<StageMetrics>, ProgressBar)> = metrics
+            .iter()
+            .map(|m| {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(style.clone());
+                bar.set_prefix(format!("{} ({})", m.name, m.kind));
+                (Arc::clone(m), bar)
+            })
+            .collect();
+        let flag = Arc::clone(&done);
+        let thread = std::thread::Builder::new()
+            .name("fv-progress".into())
+            .spawn(move || {
+                let mut last: Vec<(u64, Instant)> =
+                    bars.iter().map(|_| (0, Instant::now())).collect();
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    for (i, (m, bar)) in bars.iter().enumerate() {
+                        let rows = StageMetrics::get(&m.rows_out);
+                        let (prev, at) = last[i];
+                        let rate =
+                            (rows - prev.min(rows)) as f64 / at.elapsed().as_secs_f64().max(1e-3);
+                        last[i] = (rows, Instant::now());
+                        let dlq = StageMetrics::get(&m.dead_lettered);
+                        let extra = if dlq > 0 {
+                            format!("  dead-lettered {dlq}")
+                        } else {
+                            String::new()
+                        };
+                        bar.set_message(format!("{rows:>12} rows  {:>12.0} rows/s{extra}", rate));
+                        bar.tick();
+                    }
+                }
+                for (_, bar) in &bars {
+                    bar.finish_and_clear();
+                }
+            })
+            .ok();
+        Progress { done, thread }
+    }
+
+    /// Stop drawing.
+    pub fn finish(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The end-of-run table.
+pub fn summary(metrics: &[Arc<StageMetrics>], elapsed: Duration) -> String {
+    let mut out = format!(
+        "{:<24} {:<7} {:>12} {:>12} {:>14}\n",
+        "stage", "kind", "rows in", "rows out", "dead-lettered"
+    );
+    for m in metrics {
+        out.push_str(&format!(
+            "{:<24} {:<7} {:>12} {:>12} {:>14}\n",
+            m.name,
+            m.kind,
+            StageMetrics::get(&m.rows_in),
+            StageMetrics::get(&m.rows_out),
+            StageMetrics::get(&m.dead_lettered)
+        ));
+    }
+    out.push_str(&format!("finished in {:.2}s", elapsed.as_secs_f64()));
+    out
+}

@@ -1,0 +1,225 @@
+//! [`StatelessQuery`]: `SELECT <exprs> FROM <input> [WHERE <predicate>]`,
+//! planned once, evaluated per batch with DataFusion physical expressions.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+
+/// Why a query cannot be planned or evaluated.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SqlError {
+    /// The query does not plan against the input (syntax, unknown column, types).
+    #[error("{0}")]
+    Plan(String),
+    /// The query needs state a stateless stage does not keep.
+    #[error(
+        "this query is not stateless ({0}); a SQL stage takes `SELECT <expressions> FROM <input> [WHERE <condition>]`"
+    )]
+    NotStateless(String),
+    /// Evaluating on a batch failed.
+    #[error("evaluating the query: {0}")]
+    Eval(String),
+}
+
+/// A planned stateless query.
+pub struct StatelessQuery {
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    projection: Vec<Arc<dyn PhysicalExpr>>,
+    output: SchemaRef,
+}
+
+impl StatelessQuery {
+    /// Plan `sql` over one input table called `input_name` with `schema`.
+    pub fn plan(sql: &str, input_name: &str, schema: SchemaRef) -> Result<Self, SqlError> {
+        let ctx = SessionContext::new();
+        ctx.register_table(input_name, Arc::new(EmptyTable::new(Arc::clone(&schema))))
+            .map_err(|e| SqlError::Plan(e.to_string()))?;
+        let state = ctx.state();
+        // Planning does no I/O; a one-thread runtime runs the async API.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| SqlError::Plan(e.to_string()))?;
+        let plan = runtime
+            .block_on(state.create_logical_plan(sql))
+            .map_err(|e| SqlError::Plan(clean(e.to_string())))?;
+        // Type coercion and the other analyzer rules, without optimizer
+        // rewrites that would change the shape we evaluate.
+        let plan = state
+            .analyzer()
+            .execute_and_check(plan, state.config_options(), |_, _| {})
+            .map_err(|e| SqlError::Plan(clean(e.to_string())))?;
+        let output = Arc::new(plan.schema().as_arrow().clone());
+        let LogicalPlan::Projection(projection) = plan else {
+            return Err(SqlError::NotStateless(format!(
+                "plan starts with {}",
+                plan.display()
+            )));
+        };
+        let mut input = projection.input.as_ref();
+        let mut predicate = None;
+        if let LogicalPlan::Filter(filter) = input {
+            predicate = Some(filter.predicate.clone());
+            input = filter.input.as_ref();
+        }
+        while let LogicalPlan::SubqueryAlias(alias) = input {
+            input = alias.input.as_ref();
+        }
+        match input {
+            LogicalPlan::TableScan(_) => {}
+            LogicalPlan::Aggregate(_) => {
+                return Err(SqlError::NotStateless(
+                    "it aggregates; use a window stage".into(),
+                ));
+            }
+            LogicalPlan::Join(_) => return Err(SqlError::NotStateless("it joins".into())),
+            LogicalPlan::Sort(_) => return Err(SqlError::NotStateless("it sorts".into())),
+            LogicalPlan::Limit(_) => return Err(SqlError::NotStateless("it has a LIMIT".into())),
+            LogicalPlan::Distinct(_) => {
+                return Err(SqlError::NotStateless("it is DISTINCT".into()));
+            }
+            LogicalPlan::Window(_) => {
+                return Err(SqlError::NotStateless("it uses window functions".into()));
+            }
+            other => {
+                return Err(SqlError::NotStateless(format!(
+                    "unsupported plan node {}",
+                    other.display()
+                )));
+            }
+        }
+        let df_schema = input.schema();
+        let physical = |e: &datafusion::logical_expr::Expr| {
+            state
+                .create_physical_expr(e.clone(), df_schema)
+                .map_err(|err| SqlError::Plan(clean(err.to_string())))
+        };
+        let predicate = predicate.as_ref().map(physical).transpose()?;
+        let projection = projection
+            .expr
+            .iter()
+            .map(physical)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(StatelessQuery {
+            predicate,
+            projection,
+            output,
+        })
+    }
+
+    /// The schema of the rows the query produces.
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// Evaluate on one batch.
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<RecordBatch, SqlError> {
+        let filtered;
+        let input = match &self.predicate {
+            Some(predicate) => {
+                let mask = predicate
+                    .evaluate(batch)
+                    .and_then(|v| v.into_array(batch.num_rows()))
+                    .map_err(|e| SqlError::Eval(e.to_string()))?;
+                if mask.data_type() != &DataType::Boolean {
+                    return Err(SqlError::Eval(format!(
+                        "WHERE is {}, not boolean",
+                        mask.data_type()
+                    )));
+                }
+                filtered = filter_record_batch(batch, mask.as_boolean())
+                    .map_err(|e| SqlError::Eval(e.to_string()))?;
+                &filtered
+            }
+            None => batch,
+        };
+        let columns = self
+            .projection
+            .iter()
+            .map(|e| {
+                e.evaluate(input)
+                    .and_then(|v| v.into_array(input.num_rows()))
+            })
+            .collect::<Result<Vec<ArrayRef>, _>>()
+            .map_err(|e| SqlError::Eval(e.to_string()))?;
+        // Nullability is the planner's guess; trust the data it computed.
+        let columns: Vec<ArrayRef> = columns.into_iter().collect();
+        RecordBatch::try_new(Arc::clone(&self.output), columns)
+            .map_err(|e| SqlError::Eval(e.to_string()))
+    }
+}
+
+/// DataFusion prefixes messages with the error kind and sometimes a
+/// backtrace hint; keep the part a user needs.
+fn clean(text: String) -> String {
+    let text = text
+        .strip_prefix("Error during planning: ")
+        .unwrap_or(&text)
+        .to_string();
+    let text = text
+        .strip_prefix("Schema error: ")
+        .unwrap_or(&text)
+        .to_string();
+    text.strip_prefix("SQL error: ")
+        .unwrap_or(&text)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array};
+    use arrow::datatypes::{Field, Schema};
+
+    fn bids() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(Int64Array::from(vec![50, 150, 250])),
+            ],
+        )
+        .expect("batch")
+    }
+
+    #[test]
+    fn filters_and_projects_with_coercion() {
+        let b = bids();
+        let q = StatelessQuery::plan(
+            "SELECT auction, price * 0.5 AS half FROM bids WHERE price > 100",
+            "bids",
+            b.schema(),
+        )
+        .expect("plan");
+        let out = q.evaluate(&b).expect("eval");
+        assert_eq!(out.num_rows(), 2);
+        let half = out
+            .column(1)
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .expect("float");
+        assert_eq!(half.values(), &[75.0, 125.0]);
+    }
+
+    #[test]
+    fn unknown_columns_and_aggregates_are_refused() {
+        let b = bids();
+        let err = StatelessQuery::plan("SELECT pricee FROM bids", "bids", b.schema())
+            .err()
+            .expect("unknown column");
+        assert!(err.to_string().contains("pricee"), "{err}");
+        let err = StatelessQuery::plan("SELECT count(*) FROM bids", "bids", b.schema())
+            .err()
+            .expect("aggregate");
+        assert!(matches!(err, SqlError::NotStateless(_)), "{err}");
+    }
+}

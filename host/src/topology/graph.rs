@@ -1,0 +1,153 @@
+//! Graph checks: every input exists and produces rows, the dead-letter sink
+//! is a sink without inputs, and there is no cycle. Orders stages
+//! topologically.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Diagnostics, Topology};
+
+pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
+    let map = std::sync::Arc::clone(&t.source_map);
+    let mut errors = Vec::new();
+    let sources: BTreeSet<&str> = t.sources.iter().map(|s| s.name.as_str()).collect();
+    let stages: BTreeSet<&str> = t.stages.iter().map(|s| s.name.as_str()).collect();
+    let sinks: BTreeSet<&str> = t.sinks.iter().map(|s| s.name.as_str()).collect();
+    for name in sources.iter().chain(stages.iter()).chain(sinks.iter()) {
+        let count = [
+            sources.contains(name),
+            stages.contains(name),
+            sinks.contains(name),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if count > 1 {
+            errors.push(map.whole_file(format!(
+                "the name `{name}` is used by more than one of sources, stages and sinks"
+            )));
+        }
+    }
+    if t.sources.is_empty() {
+        errors.push(map.whole_file("the topology has no source; add a [sources.<name>] table"));
+    }
+    let producers: BTreeSet<&str> = sources.union(&stages).copied().collect();
+    let check_inputs = |kind: &str, name: &str, inputs: &[String], errors: &mut Vec<_>| {
+        for input in inputs {
+            if sinks.contains(input.as_str()) {
+                errors.push(map.at_key(
+                    &format!("{kind}.{name}.input"),
+                    format!("`{input}` is a sink; an input must be a source or a stage"),
+                ));
+            } else if !producers.contains(input.as_str()) {
+                let known: Vec<&str> = producers.iter().copied().collect();
+                errors.push(map.at_key(
+                    &format!("{kind}.{name}.input"),
+                    format!(
+                        "no source or stage named `{input}` (known: {})",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    };
+    for stage in &t.stages {
+        if stage.inputs.is_empty() {
+            errors.push(map.at_key(
+                &format!("stages.{}", stage.name),
+                "a stage needs `input = \"<source or stage>\"`",
+            ));
+        }
+        check_inputs("stages", &stage.name, &stage.inputs, &mut errors);
+    }
+    for sink in &t.sinks {
+        let is_dlq = t.dead_letter.as_deref() == Some(sink.name.as_str());
+        if is_dlq && !sink.inputs.is_empty() {
+            errors.push(map.at_key(
+                &format!("sinks.{}.input", sink.name),
+                "the dead-letter sink receives poison rows only; remove its `input`",
+            ));
+        }
+        if !is_dlq && sink.inputs.is_empty() {
+            errors.push(map.at_key(
+                &format!("sinks.{}", sink.name),
+                "a sink needs `input = \"<source or stage>\"`",
+            ));
+        }
+        check_inputs("sinks", &sink.name, &sink.inputs, &mut errors);
+    }
+    if let Some(dlq) = &t.dead_letter {
+        if !sinks.contains(dlq.as_str()) {
+            errors.push(map.at_key("dead_letter", format!("no sink named `{dlq}`")));
+        }
+    }
+    // Cycles among stages (sources have no inputs, sinks no outputs).
+    let order = topological_order(&t);
+    match order {
+        Ok(order) => {
+            let mut by_name: BTreeMap<String, _> =
+                t.stages.drain(..).map(|s| (s.name.clone(), s)).collect();
+            t.stages = order
+                .into_iter()
+                .filter_map(|n| by_name.remove(&n))
+                .collect();
+        }
+        Err(cycle) => errors.push(map.at_key(
+            &format!("stages.{}.input", cycle[0]),
+            format!("the stages form a cycle: {}", cycle.join(" → ")),
+        )),
+    }
+    if errors.is_empty() {
+        Ok(t)
+    } else {
+        Err(Diagnostics(errors))
+    }
+}
+
+/// Stage names in an order where every input comes first, or a cycle.
+fn topological_order(t: &Topology) -> Result<Vec<String>, Vec<String>> {
+    let stage_inputs: BTreeMap<&str, Vec<&str>> = t
+        .stages
+        .iter()
+        .map(|s| {
+            (
+                s.name.as_str(),
+                s.inputs
+                    .iter()
+                    .map(|i| i.as_str())
+                    .filter(|i| t.stages.iter().any(|s| s.name == *i))
+                    .collect(),
+            )
+        })
+        .collect();
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    let mut order = Vec::new();
+    // Depth-first with an explicit path, so a cycle can be reported as one.
+    fn visit<'a>(
+        name: &'a str,
+        inputs: &BTreeMap<&'a str, Vec<&'a str>>,
+        done: &mut BTreeSet<&'a str>,
+        path: &mut Vec<&'a str>,
+        order: &mut Vec<String>,
+    ) -> Result<(), Vec<String>> {
+        if done.contains(name) {
+            return Ok(());
+        }
+        if let Some(pos) = path.iter().position(|p| *p == name) {
+            let mut cycle: Vec<String> = path[pos..].iter().map(|s| s.to_string()).collect();
+            cycle.push(name.to_string());
+            return Err(cycle);
+        }
+        path.push(name);
+        for input in inputs.get(name).into_iter().flatten() {
+            visit(input, inputs, done, path, order)?;
+        }
+        path.pop();
+        done.insert(name);
+        order.push(name.to_string());
+        Ok(())
+    }
+    for name in stage_inputs.keys() {
+        visit(name, &stage_inputs, &mut done, &mut Vec::new(), &mut order)?;
+    }
+    Ok(order)
+}

@@ -1,0 +1,451 @@
+//! The TOML layer: serde structs mirroring the file, the key → position
+//! index for diagnostics, and the conversion into checked nodes (grants
+//! resolved against the topology's directory, units parsed).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+
+use super::{
+    Diagnostic, Diagnostics, PluginRef, PluginUse, Settings, SinkNode, SourceMap, SourceNode,
+    StageKind, StageNode, Topology, parse_duration, parse_size,
+};
+use crate::plugin::SandboxPolicy;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTopology {
+    name: Option<String>,
+    dead_letter: Option<String>,
+    batch_size: Option<u32>,
+    channel_capacity: Option<usize>,
+    commit_interval: Option<String>,
+    #[serde(default)]
+    sources: BTreeMap<String, RawSource>,
+    #[serde(default)]
+    stages: BTreeMap<String, RawStage>,
+    #[serde(default)]
+    sinks: BTreeMap<String, RawSink>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    allow_read: Option<Vec<String>>,
+    allow_write: Option<Vec<String>>,
+    allow_env: Option<Vec<String>>,
+    memory_limit: Option<String>,
+    call_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    plugin: Option<String>,
+    path: Option<String>,
+    config: Option<toml::Table>,
+    parallelism: Option<u32>,
+    allow_read: Option<Vec<String>>,
+    allow_write: Option<Vec<String>>,
+    allow_env: Option<Vec<String>>,
+    memory_limit: Option<String>,
+    call_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStage {
+    input: Option<Inputs>,
+    sql: Option<String>,
+    plugin: Option<String>,
+    path: Option<String>,
+    config: Option<toml::Table>,
+    parallelism: Option<u32>,
+    allow_read: Option<Vec<String>>,
+    allow_write: Option<Vec<String>>,
+    allow_env: Option<Vec<String>>,
+    memory_limit: Option<String>,
+    call_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSink {
+    input: Option<Inputs>,
+    plugin: Option<String>,
+    path: Option<String>,
+    config: Option<toml::Table>,
+    parallelism: Option<u32>,
+    allow_read: Option<Vec<String>>,
+    allow_write: Option<Vec<String>>,
+    allow_env: Option<Vec<String>>,
+    memory_limit: Option<String>,
+    call_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Inputs {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Inputs {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Inputs::One(s) => vec![s],
+            Inputs::Many(v) => v,
+        }
+    }
+}
+
+/// Index every key path (`sources.bids.config.columns.0`) by byte offset.
+fn index_keys(table: &DeTable<'_>, prefix: &str, out: &mut Vec<(String, usize)>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", key.get_ref())
+        };
+        out.push((path.clone(), key.span().start));
+        index_value(value.get_ref(), &path, out);
+    }
+}
+
+fn index_value(value: &DeValue<'_>, path: &str, out: &mut Vec<(String, usize)>) {
+    match value {
+        DeValue::Table(t) => index_keys(t, path, out),
+        DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let p = format!("{path}.{i}");
+                out.push((p.clone(), item.span().start));
+                index_value(item.get_ref(), &p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
+    let file = path.to_path_buf();
+    let mut keys = Vec::new();
+    let syntax = DeTable::parse(text);
+    if let Ok(table) = &syntax {
+        index_keys(table.get_ref(), "", &mut keys);
+    }
+    let map = Arc::new(SourceMap::new(file.clone(), text, keys));
+    let raw: RawTopology = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let message = e.message().to_string();
+            let d = match e.span() {
+                Some(span) => map.at_offset(span.start, None, message),
+                None => map.whole_file(message),
+            };
+            return Err(Diagnostics(vec![d]));
+        }
+    };
+    let dir = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        })
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut errors = Vec::new();
+    let name = raw.name.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "topology".into())
+    });
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        errors.push(map.at_key(
+            "name",
+            format!("`{name}` is not a valid topology name (letters, digits, `-`, `_`)"),
+        ));
+    }
+    let mut settings = Settings::default();
+    if let Some(b) = raw.batch_size {
+        if b == 0 {
+            errors.push(map.at_key("batch_size", "must be at least 1"));
+        } else {
+            settings.batch_size = b;
+        }
+    }
+    if let Some(c) = raw.channel_capacity {
+        if c == 0 {
+            errors.push(map.at_key("channel_capacity", "must be at least 1"));
+        } else {
+            settings.channel_capacity = c;
+        }
+    }
+    if let Some(ci) = &raw.commit_interval {
+        match parse_duration(ci) {
+            Ok(d) => settings.commit_interval = d,
+            Err(m) => errors.push(map.at_key("commit_interval", m)),
+        }
+    }
+    let ctx = Ctx {
+        map: &map,
+        dir: &dir,
+    };
+    let mut sources = Vec::new();
+    for (n, s) in raw.sources {
+        let key = format!("sources.{n}");
+        check_name(&ctx, &key, &n, &mut errors);
+        let sandbox = RawSandbox {
+            allow_read: s.allow_read,
+            allow_write: s.allow_write,
+            allow_env: s.allow_env,
+            memory_limit: s.memory_limit,
+            call_timeout: s.call_timeout,
+        };
+        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
+        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
+        {
+            sources.push(SourceNode {
+                name: n,
+                plugin,
+                parallelism,
+            });
+        }
+    }
+    let mut stages = Vec::new();
+    for (n, s) in raw.stages {
+        let key = format!("stages.{n}");
+        check_name(&ctx, &key, &n, &mut errors);
+        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
+        let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
+        let sandbox = RawSandbox {
+            allow_read: s.allow_read,
+            allow_write: s.allow_write,
+            allow_env: s.allow_env,
+            memory_limit: s.memory_limit,
+            call_timeout: s.call_timeout,
+        };
+        let kind = match (s.sql, s.plugin.is_some() || s.path.is_some()) {
+            (Some(_), true) => {
+                errors.push(map.at_key(
+                    &format!("{key}.sql"),
+                    "a stage is either `sql` or a plugin (`plugin`/`path`), not both",
+                ));
+                continue;
+            }
+            (Some(sql), false) => {
+                if s.config.is_some() {
+                    errors.push(
+                        map.at_key(&format!("{key}.config"), "a SQL stage takes no `config`"),
+                    );
+                }
+                StageKind::Sql(sql)
+            }
+            (None, true) => {
+                match ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors) {
+                    Some(p) => StageKind::Step(p),
+                    None => continue,
+                }
+            }
+            (None, false) => {
+                errors.push(map.at_key(&key, "a stage needs `sql = \"SELECT …\"`, `plugin = \"<name>\"` or `path = \"<file.wasm>\"`"));
+                continue;
+            }
+        };
+        stages.push(StageNode {
+            name: n,
+            inputs,
+            kind,
+            parallelism,
+        });
+    }
+    let mut sinks = Vec::new();
+    for (n, s) in raw.sinks {
+        let key = format!("sinks.{n}");
+        check_name(&ctx, &key, &n, &mut errors);
+        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
+        let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
+        let sandbox = RawSandbox {
+            allow_read: s.allow_read,
+            allow_write: s.allow_write,
+            allow_env: s.allow_env,
+            memory_limit: s.memory_limit,
+            call_timeout: s.call_timeout,
+        };
+        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
+        {
+            sinks.push(SinkNode {
+                name: n,
+                inputs,
+                plugin,
+                parallelism,
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+    Ok(Topology {
+        name,
+        file,
+        dir,
+        settings,
+        sources,
+        stages,
+        sinks,
+        dead_letter: raw.dead_letter,
+        source_map: map,
+    })
+}
+
+fn check_name(ctx: &Ctx<'_>, key: &str, name: &str, errors: &mut Vec<Diagnostic>) {
+    let valid = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if !valid {
+        errors.push(ctx.map.at_key(
+            key,
+            format!("`{name}` is not a valid name: use letters, digits and `_` (SQL refers to inputs by name)"),
+        ));
+    }
+}
+
+struct Ctx<'a> {
+    map: &'a SourceMap,
+    dir: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn parallelism(&self, key: &str, p: Option<u32>, errors: &mut Vec<Diagnostic>) -> u32 {
+        match p {
+            Some(0) => {
+                errors.push(
+                    self.map
+                        .at_key(&format!("{key}.parallelism"), "must be at least 1"),
+                );
+                1
+            }
+            Some(p) => p,
+            None => 1,
+        }
+    }
+
+    fn plugin_use(
+        &self,
+        key: &str,
+        plugin: Option<String>,
+        path: Option<String>,
+        config: Option<toml::Table>,
+        sandbox: RawSandbox,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<PluginUse> {
+        let plugin = match (plugin, path) {
+            (Some(name), None) => PluginRef::Named(name),
+            (None, Some(p)) => PluginRef::Path(self.dir.join(p)),
+            (Some(_), Some(_)) => {
+                errors.push(self.map.at_key(
+                    &format!("{key}.path"),
+                    "give either `plugin` (a first-party name) or `path` (a .wasm file), not both",
+                ));
+                return None;
+            }
+            (None, None) => {
+                errors.push(self.map.at_key(
+                    key,
+                    "needs `plugin = \"<first-party name>\"` or `path = \"<file.wasm>\"`",
+                ));
+                return None;
+            }
+        };
+        let config_json = toml_table_to_json(config.unwrap_or_default()).to_string();
+        let sandbox = self.sandbox(key, sandbox, errors);
+        Some(PluginUse {
+            plugin,
+            config_json,
+            sandbox,
+        })
+    }
+
+    fn sandbox(&self, key: &str, raw: RawSandbox, errors: &mut Vec<Diagnostic>) -> SandboxPolicy {
+        let mut policy = SandboxPolicy::default();
+        for (i, dir) in raw.allow_read.unwrap_or_default().into_iter().enumerate() {
+            let host = self.dir.join(&dir);
+            match host.canonicalize() {
+                Ok(h) if h.is_dir() => policy.read_dirs.push((dir, h)),
+                _ => errors.push(self.map.at_key(
+                    &format!("{key}.allow_read.{i}"),
+                    format!(
+                        "`{dir}` is not a directory (paths are relative to the topology file: {})",
+                        host.display()
+                    ),
+                )),
+            }
+        }
+        for (i, dir) in raw.allow_write.unwrap_or_default().into_iter().enumerate() {
+            let host = self.dir.join(&dir);
+            // Output directories are created on demand.
+            match std::fs::create_dir_all(&host).and_then(|_| host.canonicalize()) {
+                Ok(h) => policy.write_dirs.push((dir, h)),
+                Err(e) => errors.push(self.map.at_key(
+                    &format!("{key}.allow_write.{i}"),
+                    format!("cannot create or open `{}`: {e}", host.display()),
+                )),
+            }
+        }
+        for name in raw.allow_env.unwrap_or_default() {
+            if let Ok(value) = std::env::var(&name) {
+                policy.env.push((name, value));
+            }
+        }
+        if let Some(m) = raw.memory_limit {
+            match parse_size(&m) {
+                Ok(bytes) if bytes >= (1 << 20) => policy.memory_limit = bytes,
+                Ok(_) => errors.push(
+                    self.map
+                        .at_key(&format!("{key}.memory_limit"), "must be at least 1MiB"),
+                ),
+                Err(e) => errors.push(self.map.at_key(&format!("{key}.memory_limit"), e)),
+            }
+        }
+        if let Some(t) = raw.call_timeout {
+            match parse_duration(&t) {
+                Ok(d) => policy.call_timeout = d,
+                Err(e) => errors.push(self.map.at_key(&format!("{key}.call_timeout"), e)),
+            }
+        }
+        policy
+    }
+}
+
+/// TOML → JSON for plugin configs (datetimes become RFC 3339 strings).
+pub fn toml_table_to_json(table: toml::Table) -> serde_json::Value {
+    serde_json::Value::Object(
+        table
+            .into_iter()
+            .map(|(k, v)| (k, toml_to_json(v)))
+            .collect(),
+    )
+}
+
+fn toml_to_json(value: toml::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        toml::Value::String(s) => J::String(s),
+        toml::Value::Integer(i) => J::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f)
+            .map(J::Number)
+            .unwrap_or(J::Null),
+        toml::Value::Boolean(b) => J::Bool(b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(a) => J::Array(a.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => toml_table_to_json(t),
+    }
+}

@@ -1,0 +1,74 @@
+//! Durations (`"500ms"`, `"10s"`, `"2m"`) and sizes (`"256MiB"`) as written
+//! in topology files.
+
+use std::time::Duration;
+
+/// Parse `"250ms"`, `"10s"`, `"2m"`, `"1h"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. \"500ms\", \"10s\", \"2m\")"))?;
+    let secs = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit `{other}` in `{text}`; use ms, s, m or h"
+            ));
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("`{text}` must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parse `"64MiB"`, `"1GiB"`, `"512MB"`, `"1048576"` into bytes.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: usize = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. \"256MiB\")"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{text}`; use KiB, MiB, GiB, KB, MB or GB"
+            ));
+        }
+    };
+    value
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten seconds").is_err());
+        assert!(parse_duration("5 weeks").is_err());
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert!(parse_size("12 parsecs").is_err());
+    }
+}

@@ -1,0 +1,119 @@
+//! The [`Source`] trait and its adapter to the `fv:plugin/source` interface.
+
+use std::cell::RefCell;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use serde::de::DeserializeOwned;
+
+use crate::__private::source_world::exports::fv::plugin::source as wit;
+use crate::__private::source_world::fv::plugin::types as wit_types;
+use crate::{ConfigError, TaskContext, config, ipc};
+
+/// Where one split has got to. The bytes are yours: the host stores them in
+/// its checkpoints and hands them back to [`Source::restore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitPosition {
+    /// The split (a file path, a partition, a shard).
+    pub split: String,
+    /// The position to resume from, encoded as you like.
+    pub position: Vec<u8>,
+}
+
+/// What one [`Source::poll`] produced.
+#[derive(Debug)]
+pub enum Poll {
+    /// A batch and the positions of every split it advanced.
+    Batch {
+        /// The rows, with exactly [`Source::schema`].
+        batch: RecordBatch,
+        /// Positions *after* this batch.
+        positions: Vec<SplitPosition>,
+    },
+    /// Nothing ready now; the host polls again shortly.
+    Idle,
+    /// Every split is drained.
+    Finished,
+}
+
+/// A source plugin: produces batches and the positions it reached.
+pub trait Source: Sized + 'static {
+    /// The plugin's `config` table.
+    type Config: DeserializeOwned;
+
+    /// Create the instance for one task. Errors fail the topology before
+    /// any data moves, so check everything here.
+    fn open(config: Self::Config, task: &TaskContext) -> Result<Self, ConfigError>;
+    /// The schema of every batch.
+    fn schema(&self) -> SchemaRef;
+    /// The splits this task reads.
+    fn splits(&self) -> Vec<String>;
+    /// Seek to recorded positions (called before the first poll).
+    fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String>;
+    /// Produce at most `max_rows` rows.
+    fn poll(&mut self, max_rows: usize) -> Result<Poll, String>;
+}
+
+/// Adapts a [`Source`] to the generated WIT resource.
+#[doc(hidden)]
+pub struct SourceAdapter<T> {
+    inner: RefCell<T>,
+}
+
+impl<T: Source> wit::GuestSource for SourceAdapter<T> {
+    fn open(
+        config: String,
+        task: wit_types::TaskContext,
+    ) -> Result<wit::Source, wit_types::ConfigError> {
+        let task = TaskContext::from(task);
+        let parsed = config::parse::<T::Config>(&config).map_err(to_wit_config_error)?;
+        let inner = T::open(parsed, &task).map_err(to_wit_config_error)?;
+        Ok(wit::Source::new(SourceAdapter {
+            inner: RefCell::new(inner),
+        }))
+    }
+
+    fn schema(&self) -> Vec<u8> {
+        let schema = self.inner.borrow().schema();
+        ipc::encode_schema(&schema).unwrap_or_default()
+    }
+
+    fn splits(&self) -> Vec<String> {
+        self.inner.borrow().splits()
+    }
+
+    fn restore(&self, positions: Vec<wit::SplitPosition>) -> Result<(), String> {
+        let positions = positions
+            .into_iter()
+            .map(|p| SplitPosition {
+                split: p.split,
+                position: p.position,
+            })
+            .collect();
+        self.inner.borrow_mut().restore(positions)
+    }
+
+    fn poll(&self, max_rows: u32) -> Result<wit::PollResult, String> {
+        match self.inner.borrow_mut().poll(max_rows as usize)? {
+            Poll::Batch { batch, positions } => Ok(wit::PollResult::Batch(wit::SourceBatch {
+                batch: ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?,
+                positions: positions
+                    .into_iter()
+                    .map(|p| wit::SplitPosition {
+                        split: p.split,
+                        position: p.position,
+                    })
+                    .collect(),
+            })),
+            Poll::Idle => Ok(wit::PollResult::Idle),
+            Poll::Finished => Ok(wit::PollResult::Finished),
+        }
+    }
+}
+
+fn to_wit_config_error(e: ConfigError) -> wit_types::ConfigError {
+    wit_types::ConfigError {
+        key: e.key,
+        message: e.message,
+    }
+}

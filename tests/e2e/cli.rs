@@ -1,0 +1,114 @@
+//! The command line surface: plugin list/inspect, validate, the compile cache.
+
+use crate::support::{Scratch, assert_exit, repo, test_step_wasm};
+
+#[test]
+fn plugin_list_names_every_first_party_plugin_with_its_kind() {
+    let s = Scratch::new();
+    let run = s.fvhost(&["plugin", "list"]);
+    assert_exit(&run, 0);
+    for (name, kind) in [
+        ("file-source", "source"),
+        ("generator", "source"),
+        ("file-sink", "sink"),
+        ("stdout-sink", "sink"),
+        ("blackhole-sink", "sink"),
+        ("pii-redactor", "step"),
+    ] {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{}", run.stdout));
+        assert!(line.split_whitespace().nth(1) == Some(kind), "{line}");
+    }
+}
+
+#[test]
+fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
+    let s = Scratch::new();
+    let wasm = test_step_wasm();
+    let run = s.fvhost(&["plugin", "inspect", wasm.to_str().expect("utf-8 path")]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stdout.contains("name:        test-step"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("kind:        step"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("world:       fv:plugin/step-plugin@0.1.0"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("fv:plugin/step@0.1.0"),
+        "exports: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("fv:plugin/log@0.1.0"),
+        "imports: {}",
+        run.stdout
+    );
+}
+
+#[test]
+fn plugin_inspect_refuses_a_file_that_is_not_a_component() {
+    let s = Scratch::new();
+    let path = s.write("not.wasm", "hello");
+    let run = s.fvhost(&["plugin", "inspect", path.to_str().expect("utf-8")]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("not a WebAssembly component"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_second_run_loads_compiled_components_from_the_cache() {
+    let s = Scratch::new();
+    let cache = s.path().join("cache");
+    let topo = s.write("t.toml", "[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", events = 10 }\n[sinks.b]\ninput = \"n\"\nplugin = \"blackhole-sink\"\n");
+    let env = [
+        ("FVHOST_CACHE_DIR", cache.to_str().expect("utf-8")),
+        ("RUST_LOG", "fvhost=debug"),
+    ];
+    let first = s.fvhost_env(&["validate", topo.to_str().expect("utf-8")], &env);
+    assert_exit(&first, 0);
+    assert!(
+        first.stderr.contains("compiling component"),
+        "{}",
+        first.stderr
+    );
+    let second = s.fvhost_env(&["validate", topo.to_str().expect("utf-8")], &env);
+    assert_exit(&second, 0);
+    assert!(
+        !second.stderr.contains("compiling component"),
+        "recompiled:\n{}",
+        second.stderr
+    );
+    assert!(
+        second.stderr.contains("loaded from cache"),
+        "{}",
+        second.stderr
+    );
+}
+
+#[test]
+fn every_example_validates() {
+    let s = Scratch::new();
+    for example in [
+        "quickstart/topology.toml",
+        "csv-orders/topology.toml",
+        "nexmark/q0.toml",
+        "nexmark/q1.toml",
+        "nexmark/q2.toml",
+    ] {
+        let path = repo().join("examples").join(example);
+        let run = s.fvhost(&["validate", path.to_str().expect("utf-8")]);
+        assert_exit(&run, 0);
+    }
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests: they run the real `fvhost` binary on topologies whose
+//! plugins are the real Wasm components built from `plugins/` and
+//! `tests/plugins/`, and check exit codes, messages and output rows.
+//!
+//! One test binary (wasmtime's model); one module per area.
+
+mod support;
+
+mod bad_input;
+mod cli;
+mod pipelines;
+mod poison;
+mod sandbox;

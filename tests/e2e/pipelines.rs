@@ -1,0 +1,211 @@
+//! Whole topologies, checked row for row.
+
+use std::path::Path;
+
+use crate::support::{Scratch, assert_exit, repo};
+
+fn copy_example(s: &Scratch, example: &str) {
+    let from = repo().join("examples").join(example);
+    copy_dir(&from, s.path());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read example").flatten() {
+        let name = entry.file_name();
+        if name == "out" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn csv_orders_example_writes_exactly_the_large_orders_with_vat() {
+    let s = Scratch::new();
+    copy_example(&s, "csv-orders");
+    let run = s.fvhost(&["run", "topology.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let header = "order_id,customer,country,amount,amount_with_vat";
+    let lines = s.output_lines("out");
+    let rows: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| *l != header)
+        .collect();
+    assert!(lines.iter().any(|l| l == header), "no header in {lines:?}");
+    assert_eq!(
+        rows,
+        vec![
+            "1,Ada,NL,120.5,145.81",
+            "3,Chen,NL,980.25,1186.1",
+            "5,Emil,NL,310.0,375.1",
+            "7,Gus,DE,150.0,181.5"
+        ]
+    );
+    // Committed files only: nothing left in progress or pending.
+    assert!(
+        s.files("out")
+            .iter()
+            .all(|f| f.starts_with("large-orders-large-0-") && f.ends_with(".csv")),
+        "{:?}",
+        s.files("out")
+    );
+}
+
+#[test]
+fn quickstart_redacts_west_coast_people_and_matches_its_golden_output() {
+    let s = Scratch::new();
+    copy_example(&s, "quickstart");
+    let run = s.fvhost(&["run", "topology.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let lines = s.output_lines("out");
+    assert!(lines.len() > 100, "only {} rows", lines.len());
+    for line in &lines {
+        let row: serde_json::Value = serde_json::from_str(line).expect("json row");
+        let state = row["state"].as_str().expect("state");
+        assert!(state == "OR" || state == "WA", "{line}");
+        let email = row["email_address"].as_str().expect("email");
+        let (local, _) = email.split_once('@').expect("an e-mail");
+        assert!(
+            local[1..].chars().all(|c| c == '*'),
+            "unmasked e-mail in {line}"
+        );
+        let card = row["credit_card"].as_str().expect("card");
+        assert!(
+            card.starts_with("**** **** **** ") && card.len() == 19,
+            "unmasked card in {line}"
+        );
+    }
+    let golden_path = repo().join("tests/golden/quickstart.jsonl");
+    if std::env::var_os("FV_BLESS").is_some() {
+        std::fs::write(&golden_path, lines.join("\n") + "\n").expect("bless");
+    }
+    let golden =
+        std::fs::read_to_string(&golden_path).expect("golden file (regenerate with FV_BLESS=1)");
+    let golden: Vec<&str> = golden.lines().collect();
+    assert_eq!(
+        lines, golden,
+        "output differs from tests/golden/quickstart.jsonl"
+    );
+}
+
+#[test]
+fn fan_out_and_fan_in_deliver_every_row_to_every_consumer() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        r#"
+[sources.nums]
+plugin = "generator"
+config = { kind = "sequence", events = 5000 }
+
+[stages.even]
+input = "nums"
+sql = "SELECT seq FROM nums WHERE seq % 2 = 0"
+
+[stages.odd]
+input = "nums"
+sql = "SELECT seq FROM nums WHERE seq % 2 = 1"
+parallelism = 2
+
+[sinks.all]
+input = ["even", "odd"]
+plugin = "file-sink"
+allow_write = ["all"]
+config = { path = "all" }
+
+[sinks.evens]
+input = "even"
+plugin = "file-sink"
+allow_write = ["evens"]
+config = { path = "evens" }
+"#,
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let mut all: Vec<i64> = s
+        .output_lines("all")
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
+                .as_i64()
+                .expect("seq")
+        })
+        .collect();
+    all.sort();
+    assert_eq!(all, (0..5000).collect::<Vec<i64>>());
+    let mut evens: Vec<i64> = s
+        .output_lines("evens")
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
+                .as_i64()
+                .expect("seq")
+        })
+        .collect();
+    evens.sort();
+    assert_eq!(
+        evens,
+        (0..5000).filter(|n| n % 2 == 0).collect::<Vec<i64>>()
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_an_unbounded_run_gracefully_and_sinks_commit() {
+    use std::process::{Command, Stdio};
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        "[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", rate = 2000 }\n[sinks.out]\ninput = \"n\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = { path = \"out\" }\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
+        .args(["run", "t.toml", "--no-progress"])
+        .current_dir(s.path())
+        .env(
+            "FVHOST_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Wait until rows flow (the sink opened its in-progress file).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !s.path().join("out/.part-out-0.inprogress").exists() {
+        assert!(std::time::Instant::now() < deadline, "no rows within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopped on request"), "{stderr}");
+    let seqs: Vec<i64> = s
+        .output_lines("out")
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
+                .as_i64()
+                .expect("seq")
+        })
+        .collect();
+    assert!(!seqs.is_empty(), "nothing committed");
+    let mut sorted = seqs.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        (0..seqs.len() as i64).collect::<Vec<_>>(),
+        "committed rows are a gap-free prefix"
+    );
+}

@@ -1,0 +1,124 @@
+//! Running `fvhost` in a scratch directory and reading what it wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory holding a topology and its data.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+/// The result of one `fvhost` invocation.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// The test-only step plugin (misbehaves on demand).
+pub fn test_step_wasm() -> PathBuf {
+    Path::new(env!("FV_PLUGIN_DIR")).join("test_step.wasm")
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Compiled components are shared by every test (compiling is the slow part).
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache")
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Write a file (creating parent directories).
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let path = self.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    /// Run `fvhost <args>` with this directory as working directory.
+    pub fn fvhost(&self, args: &[&str]) -> Run {
+        self.fvhost_env(args, &[])
+    }
+
+    pub fn fvhost_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fvhost"));
+        cmd.args(args)
+            .current_dir(self.path())
+            .env("FVHOST_CACHE_DIR", cache_dir())
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Run::from(cmd.output().expect("run fvhost"))
+    }
+
+    /// Every line of every file in `rel` (sorted), skipping hidden files.
+    pub fn output_lines(&self, rel: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.path().join(rel)) else {
+            return lines;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).expect("read output");
+            lines.extend(text.lines().map(str::to_string));
+        }
+        lines.sort();
+        lines
+    }
+
+    /// Names of the files in `rel`, sorted.
+    pub fn files(&self, rel: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.path().join(rel))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}
+
+/// Assert a run exited with `code`, showing its output when not.
+#[track_caller]
+pub fn assert_exit(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "exit code\n--- stdout\n{}\n--- stderr\n{}",
+        run.stdout, run.stderr
+    );
+}

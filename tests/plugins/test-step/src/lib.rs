@@ -1,0 +1,203 @@
+//! `test-step`: a step that misbehaves on demand, for the host's tests and
+//! benchmarks. Never use it in a real topology.
+//!
+//! Modes (`mode` in the config):
+//! - `filter`: keep rows whose int64 `column` is greater than `value`
+//!   (answers with a selection; the benchmark's Wasm side);
+//! - `filter-copy`: the same filter, answered with a new batch (to measure
+//!   what a selection saves);
+//! - `trap-on`: panic (a Wasm trap) on a batch holding a row whose
+//!   `column` equals `value`;
+//! - `bad-rows`: report the rows whose `column` equals `value` as poison;
+//! - `loop`: spin forever in `process`;
+//! - `hog`: allocate without bound in `process`;
+//! - `read-file`: read `path` at open and append its content as a column
+//!   (the sandbox test: it must fail without an `allow_read` grant).
+
+use std::sync::Arc;
+
+use fv_plugin_sdk::arrow_array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray,
+};
+use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema, SchemaRef};
+use fv_plugin_sdk::{ConfigError, ProcessError, RowError, Step, StepOutput, TaskContext};
+
+/// The step's `config` table.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// What to do (see the crate docs).
+    pub mode: String,
+    /// The int64 column the data-dependent modes look at (default `price`).
+    #[serde(default = "price")]
+    pub column: String,
+    /// The value the data-dependent modes compare with.
+    #[serde(default)]
+    pub value: i64,
+    /// For `read-file`: the file to read.
+    pub path: Option<String>,
+}
+
+fn price() -> String {
+    "price".into()
+}
+
+/// The test step.
+pub struct TestStep {
+    config: Config,
+    input: SchemaRef,
+    output: SchemaRef,
+    content: Option<String>,
+}
+
+impl Step for TestStep {
+    type Config = Config;
+
+    fn open(config: Config, input: SchemaRef, _task: &TaskContext) -> Result<Self, ConfigError> {
+        let mut output = Arc::clone(&input);
+        let mut content = None;
+        match config.mode.as_str() {
+            "filter" | "filter-copy" | "trap-on" | "bad-rows" => {
+                match input.field_with_name(&config.column) {
+                    Ok(f) if f.data_type() == &DataType::Int64 => {}
+                    _ => {
+                        return Err(ConfigError::at(
+                            "column",
+                            format!("no int64 column `{}` in the input", config.column),
+                        ));
+                    }
+                }
+            }
+            "loop" | "hog" => {}
+            "read-file" => {
+                let path = config
+                    .path
+                    .clone()
+                    .ok_or_else(|| ConfigError::at("path", "read-file needs `path`"))?;
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigError::at("path", format!("cannot read `{path}`: {e}")))?;
+                content = Some(text);
+                let mut fields: Vec<Field> =
+                    input.fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(Field::new("content", DataType::Utf8, false));
+                output = Arc::new(Schema::new(fields));
+            }
+            other => return Err(ConfigError::at("mode", format!("unknown mode `{other}`"))),
+        }
+        Ok(TestStep {
+            config,
+            input,
+            output,
+            content,
+        })
+    }
+
+    fn input_columns(&self) -> Option<Vec<String>> {
+        match self.config.mode.as_str() {
+            "filter" | "trap-on" | "bad-rows" => Some(vec![self.config.column.clone()]),
+            _ => None,
+        }
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    fn process(&mut self, batch: RecordBatch) -> Result<StepOutput, ProcessError> {
+        let values = || {
+            batch
+                .column_by_name(&self.config.column)
+                .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                .ok_or_else(|| {
+                    ProcessError::Failed(format!("no int64 column `{}`", self.config.column))
+                })
+        };
+        match self.config.mode.as_str() {
+            "filter" => {
+                let keep: BooleanArray = values()?
+                    .iter()
+                    .map(|v| Some(v.is_some_and(|v| v > self.config.value)))
+                    .collect();
+                Ok(StepOutput::Keep(keep))
+            }
+            "filter-copy" => {
+                let keep: BooleanArray = values()?
+                    .iter()
+                    .map(|v| Some(v.is_some_and(|v| v > self.config.value)))
+                    .collect();
+                let out = fv_plugin_sdk_filter(&batch, &keep)?;
+                Ok(StepOutput::Batch(out))
+            }
+            "trap-on" => {
+                if values()?.iter().any(|v| v == Some(self.config.value)) {
+                    panic!(
+                        "test-step: poison value {} in this batch",
+                        self.config.value
+                    );
+                }
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
+            "bad-rows" => {
+                let bad: Vec<RowError> = values()?
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| *v == Some(self.config.value))
+                    .map(|(row, v)| RowError {
+                        row: row as u32,
+                        message: format!("value {} is poison", v.unwrap_or_default()),
+                    })
+                    .collect();
+                if bad.is_empty() {
+                    Ok(StepOutput::Keep(BooleanArray::from(vec![
+                        true;
+                        batch.num_rows()
+                    ])))
+                } else {
+                    Err(ProcessError::BadRows(bad))
+                }
+            }
+            "loop" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "hog" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 16 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "read-file" => {
+                let text = self.content.clone().unwrap_or_default();
+                let content: ArrayRef = Arc::new(StringArray::from(vec![text; batch.num_rows()]));
+                let mut columns = batch.columns().to_vec();
+                columns.push(content);
+                let _ = &self.input;
+                RecordBatch::try_new(Arc::clone(&self.output), columns)
+                    .map(StepOutput::Batch)
+                    .map_err(|e| ProcessError::Failed(e.to_string()))
+            }
+            _ => Err(ProcessError::Failed("unknown mode".into())),
+        }
+    }
+}
+
+fn fv_plugin_sdk_filter(
+    batch: &RecordBatch,
+    keep: &BooleanArray,
+) -> Result<RecordBatch, ProcessError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| fv_plugin_sdk::arrow_select::filter::filter(c.as_ref(), keep))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ProcessError::Failed(e.to_string()))?;
+    RecordBatch::try_new(batch.schema(), columns).map_err(|e| ProcessError::Failed(e.to_string()))
+}
+
+fv_plugin_sdk::export_step!(TestStep);
