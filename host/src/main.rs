@@ -1,6 +1,7 @@
 //! The `fvhost` command line. Exit codes: 0 success (or a requested
 //! stop), 1 runtime failure, 2 configuration error (nothing ran).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -100,7 +101,7 @@ fn init_logging(format: LogFormat) {
     if format == LogFormat::Json {
         builder.json().init();
     } else {
-        builder.with_target(false).init();
+        builder.with_target(false).with_ansi(std::io::stderr().is_terminal()).init();
     }
 }
 

@@ -52,7 +52,7 @@ fn csv_orders_example_writes_exactly_the_large_orders_with_vat() {
     assert!(
         s.files("out")
             .iter()
-            .all(|f| f.starts_with("large-orders-large-0-") && f.ends_with(".csv")),
+            .all(|f| f.starts_with("large-orders-out-0-") && f.ends_with(".csv")),
         "{:?}",
         s.files("out")
     );
@@ -165,7 +165,7 @@ fn sigterm_stops_an_unbounded_run_gracefully_and_sinks_commit() {
         "t.toml",
         "[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", rate = 2000 }\n[sinks.out]\ninput = \"n\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = { path = \"out\" }\n",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
+    let child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
         .args(["run", "t.toml", "--no-progress"])
         .current_dir(s.path())
         .env(

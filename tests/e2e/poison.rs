@@ -130,7 +130,7 @@ fn a_step_that_loops_forever_is_stopped_by_its_cpu_guard() {
     assert_exit(&run, 1);
     assert!(
         run.stderr
-            .contains("plugin `test-step` in step[0] exceeded its CPU time"),
+            .contains("plugin `test-step` in step[0]: exceeded its CPU time"),
         "{}",
         run.stderr
     );
@@ -148,7 +148,7 @@ fn a_step_that_exhausts_its_memory_is_stopped() {
     assert_exit(&run, 1);
     assert!(
         run.stderr
-            .contains("plugin `test-step` in step[0] exceeded its memory limit"),
+            .contains("plugin `test-step` in step[0]: exceeded its memory limit"),
         "{}",
         run.stderr
     );
