@@ -9,7 +9,7 @@
 //! instead of duplicating rows, and `commit` is idempotent.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::PathBuf;
 
 use fv_plugin_sdk::arrow_array::RecordBatch;

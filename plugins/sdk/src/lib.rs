@@ -159,10 +159,14 @@ macro_rules! __fv_plugin_metadata {
 macro_rules! export_source {
     ($ty:ty) => {
         #[doc(hidden)]
-        pub struct __FvSourceComponent;
+        #[allow(dead_code)]
+        struct __FvSourceComponent;
         impl $crate::__private::source_world::exports::fv::plugin::source::Guest for __FvSourceComponent {
             type Source = $crate::__private::SourceAdapter<$ty>;
         }
+        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // native build (unit tests of plugin code) must not carry them.
+        #[cfg(target_family = "wasm")]
         $crate::__private::source_world::export_source_world!(__FvSourceComponent with_types_in $crate::__private::source_world);
         $crate::__fv_plugin_metadata!("source");
     };
@@ -173,10 +177,14 @@ macro_rules! export_source {
 macro_rules! export_sink {
     ($ty:ty) => {
         #[doc(hidden)]
-        pub struct __FvSinkComponent;
+        #[allow(dead_code)]
+        struct __FvSinkComponent;
         impl $crate::__private::sink_world::exports::fv::plugin::sink::Guest for __FvSinkComponent {
             type Sink = $crate::__private::SinkAdapter<$ty>;
         }
+        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // native build (unit tests of plugin code) must not carry them.
+        #[cfg(target_family = "wasm")]
         $crate::__private::sink_world::export_sink_world!(__FvSinkComponent with_types_in $crate::__private::sink_world);
         $crate::__fv_plugin_metadata!("sink");
     };
@@ -187,10 +195,14 @@ macro_rules! export_sink {
 macro_rules! export_step {
     ($ty:ty) => {
         #[doc(hidden)]
-        pub struct __FvStepComponent;
+        #[allow(dead_code)]
+        struct __FvStepComponent;
         impl $crate::__private::step_world::exports::fv::plugin::step::Guest for __FvStepComponent {
             type Step = $crate::__private::StepAdapter<$ty>;
         }
+        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // native build (unit tests of plugin code) must not carry them.
+        #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);
         $crate::__fv_plugin_metadata!("step");
     };
