@@ -63,6 +63,13 @@ fn main() {
         "CARGO_BUILD_TARGET",
         "CARGO_TARGET_DIR",
         "CARGO_PRIMARY_PACKAGE",
+        // Nor are clippy's wrapper and flags: the plugins are linted as
+        // workspace members, and their Wasm artifacts must not depend on
+        // whether clippy or rustc built the host.
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "CLIPPY_ARGS",
+        "CLIPPY_CONF_DIR",
     ] {
         cmd.env_remove(var);
     }

@@ -101,7 +101,10 @@ fn init_logging(format: LogFormat) {
     if format == LogFormat::Json {
         builder.json().init();
     } else {
-        builder.with_target(false).with_ansi(std::io::stderr().is_terminal()).init();
+        builder
+            .with_target(false)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
     }
 }
 
@@ -114,29 +117,18 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate { topology } => {
             let engine = engine(cli.cache_dir)?;
-            let t = match Topology::load(&topology) {
-                Ok(t) => t,
-                Err(d) => {
-                    eprintln!("{d}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
+            let plan = match load_and_plan(&topology, &engine) {
+                Ok(plan) => plan,
+                Err(code) => return Ok(code),
             };
-            match runtime::plan(t, &engine) {
-                Ok(plan) => {
-                    println!(
-                        "{}: ok ({} sources, {} stages, {} sinks)",
-                        topology.display(),
-                        plan.sources.len(),
-                        plan.stages.len(),
-                        plan.sinks.len()
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(d) => {
-                    eprintln!("{d}");
-                    Ok(ExitCode::from(EXIT_CONFIG))
-                }
-            }
+            println!(
+                "{}: ok ({} sources, {} stages, {} sinks)",
+                topology.display(),
+                plan.sources.len(),
+                plan.stages.len(),
+                plan.sinks.len()
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Run {
             topology,
@@ -144,21 +136,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             no_progress,
         } => {
             let engine = engine(cli.cache_dir)?;
-            let t = match Topology::load(&topology) {
-                Ok(t) => t,
-                Err(d) => {
-                    eprintln!("{d}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
+            let plan = match load_and_plan(&topology, &engine) {
+                Ok(plan) => plan,
+                Err(code) => return Ok(code),
             };
-            let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&t.name));
-            let plan = match runtime::plan(t, &engine) {
-                Ok(p) => p,
-                Err(d) => {
-                    eprintln!("{d}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
-            };
+            let state_dir =
+                state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&plan.topology.name));
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
             let control = Arc::new(RunControl::default());
@@ -234,6 +217,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Load and plan a topology; on any error print every diagnostic and
+/// return the config-error exit code.
+fn load_and_plan(path: &std::path::Path, engine: &PluginEngine) -> Result<runtime::Plan, ExitCode> {
+    let planned = Topology::load(path).and_then(|t| runtime::plan(t, engine));
+    planned.map_err(|diagnostics| {
+        eprintln!("{diagnostics}");
+        ExitCode::from(EXIT_CONFIG)
+    })
 }
 
 fn metrics_for(plan: &runtime::Plan) -> Vec<Arc<StageMetrics>> {

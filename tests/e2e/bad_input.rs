@@ -201,9 +201,16 @@ fn malformed_csv_rows_can_be_skipped_and_the_rest_flows() {
         s.output_lines("out"),
         vec![r#"{"id":1,"amount":10.5}"#, r#"{"id":3,"amount":12.0}"#]
     );
+    // The plugin's log record lands in the host's log, tagged with plugin and task.
+    let logged = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("skipping a bad row"))
+        .expect("the skipped row is logged");
     assert!(
-        run.stderr.contains("line 3"),
-        "the skipped row is logged: {}",
-        run.stderr
+        logged.contains("line 3")
+            && logged.contains("plugin=\"file-source\"")
+            && logged.contains("task=\"orders[0]\""),
+        "{logged}"
     );
 }

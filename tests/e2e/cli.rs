@@ -47,7 +47,11 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
         "exports: {}",
         run.stdout
     );
-    assert!(run.stdout.contains("wasi:filesystem/preopens"), "imports: {}", run.stdout);
+    assert!(
+        run.stdout.contains("wasi:filesystem/preopens"),
+        "imports: {}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -56,7 +60,11 @@ fn plugin_inspect_by_name_shows_the_log_import_of_a_plugin_that_logs() {
     let run = s.fvhost(&["plugin", "inspect", "file-sink"]);
     assert_exit(&run, 0);
     assert!(run.stdout.contains("kind:        sink"), "{}", run.stdout);
-    let imports = run.stdout.split("imports:").nth(1).expect("imports section");
+    let imports = run
+        .stdout
+        .split("imports:")
+        .nth(1)
+        .expect("imports section");
     assert!(imports.contains("fv:plugin/log@0.1.0"), "{}", run.stdout);
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::support::{Scratch, assert_exit, repo};
+use crate::support::{Scratch, assert_exit, int_column, repo};
 
 fn copy_example(s: &Scratch, example: &str) {
     let from = repo().join("examples").join(example);
@@ -129,27 +129,9 @@ config = { path = "evens" }
     );
     let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
     assert_exit(&run, 0);
-    let mut all: Vec<i64> = s
-        .output_lines("all")
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
-                .as_i64()
-                .expect("seq")
-        })
-        .collect();
-    all.sort();
+    let all = int_column(&s.output_lines("all"), "seq");
     assert_eq!(all, (0..5000).collect::<Vec<i64>>());
-    let mut evens: Vec<i64> = s
-        .output_lines("evens")
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
-                .as_i64()
-                .expect("seq")
-        })
-        .collect();
-    evens.sort();
+    let evens = int_column(&s.output_lines("evens"), "seq");
     assert_eq!(
         evens,
         (0..5000).filter(|n| n % 2 == 0).collect::<Vec<i64>>()
@@ -191,20 +173,10 @@ fn sigterm_stops_an_unbounded_run_gracefully_and_sinks_commit() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("stopped on request"), "{stderr}");
-    let seqs: Vec<i64> = s
-        .output_lines("out")
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
-                .as_i64()
-                .expect("seq")
-        })
-        .collect();
+    let seqs = int_column(&s.output_lines("out"), "seq");
     assert!(!seqs.is_empty(), "nothing committed");
-    let mut sorted = seqs.clone();
-    sorted.sort();
     assert_eq!(
-        sorted,
+        seqs,
         (0..seqs.len() as i64).collect::<Vec<_>>(),
         "committed rows are a gap-free prefix"
     );

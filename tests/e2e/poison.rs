@@ -1,7 +1,7 @@
 //! Misbehaving steps: poison rows are dead-lettered and the rest flows;
 //! endless loops and memory hogs stop the run with a clear error.
 
-use crate::support::{Scratch, assert_exit, test_step_wasm};
+use crate::support::{Scratch, assert_exit, int_column, test_step_wasm};
 
 fn topology(step_config: &str, limits: &str, dead_letter: bool) -> String {
     let wasm = test_step_wasm();
@@ -37,17 +37,7 @@ config = {{ path = "out" }}
 }
 
 fn seqs(s: &Scratch, dir: &str) -> Vec<i64> {
-    let mut v: Vec<i64> = s
-        .output_lines(dir)
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).expect("json")["seq"]
-                .as_i64()
-                .expect("seq")
-        })
-        .collect();
-    v.sort();
-    v
+    int_column(&s.output_lines(dir), "seq")
 }
 
 #[test]

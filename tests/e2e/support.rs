@@ -122,3 +122,19 @@ pub fn assert_exit(run: &Run, code: i32) {
         run.stdout, run.stderr
     );
 }
+
+/// The integer column `name` of JSON-lines rows, sorted.
+pub fn int_column(lines: &[String], name: &str) -> Vec<i64> {
+    let mut values: Vec<i64> = lines
+        .iter()
+        .map(|l| {
+            let row: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            row[name]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no integer `{name}` in {l}"))
+        })
+        .collect();
+    values.sort();
+    values
+}

@@ -113,6 +113,39 @@ impl Sandbox {
         })
     }
 
+    /// Link the component against this host (WASI and the `log` import).
+    fn instance_pre(
+        &self,
+        engine: &PluginEngine,
+    ) -> Result<wasmtime::component::InstancePre<HostState>, PluginError> {
+        engine
+            .linker
+            .instantiate_pre(&self.plugin.component)
+            .map_err(|e| self.instantiate_error(e))
+    }
+
+    /// One guarded call whose plugin-level error is a message.
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, String>>,
+    ) -> Result<R, PluginError> {
+        self.arm();
+        match f(&mut self.store) {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(message)) => Err(self.reported(message)),
+            Err(e) => Err(self.classify(e)),
+        }
+    }
+
+    /// One guarded call that cannot fail at the plugin level.
+    fn call_infallible<R>(
+        &mut self,
+        f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        self.arm();
+        f(&mut self.store).map_err(|e| self.classify(e))
+    }
+
     /// Arm the CPU guard for the next call.
     fn arm(&mut self) {
         self.store.set_epoch_deadline(self.deadline_ticks);
@@ -213,10 +246,7 @@ impl SourceInstance {
         config: &str,
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
-        let pre = engine
-            .linker
-            .instantiate_pre(&plugin.component)
-            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre = sandbox.instance_pre(engine)?;
         let pre = bindings::source::SourcePluginPre::new(pre)
             .map_err(|e| sandbox.instantiate_error(e))?;
         sandbox.arm();
@@ -253,48 +283,33 @@ impl SourceInstance {
 
     /// The splits this task reads.
     pub fn splits(&mut self) -> Result<Vec<String>, PluginError> {
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_source()
-            .source()
-            .call_splits(&mut self.sandbox.store, resource)
-            .map_err(|e| self.sandbox.classify(e))
+        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
+        self.sandbox
+            .call_infallible(|store| source.call_splits(store, resource))
     }
 
     /// Seek to recorded positions.
     pub fn restore(&mut self, positions: &[(String, Vec<u8>)]) -> Result<(), PluginError> {
-        let wit: Vec<bindings::source::exports::fv::plugin::source::SplitPosition> = positions
+        use bindings::source::exports::fv::plugin::source::SplitPosition;
+        let wit: Vec<SplitPosition> = positions
             .iter()
-            .map(
-                |(split, position)| bindings::source::exports::fv::plugin::source::SplitPosition {
-                    split: split.clone(),
-                    position: position.clone(),
-                },
-            )
+            .map(|(split, position)| SplitPosition {
+                split: split.clone(),
+                position: position.clone(),
+            })
             .collect();
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_source()
-            .source()
-            .call_restore(&mut self.sandbox.store, resource, &wit)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))
+        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
+        self.sandbox
+            .call(|store| source.call_restore(store, resource, &wit))
     }
 
     /// Produce at most `max_rows` rows.
     pub fn poll(&mut self, max_rows: u32) -> Result<SourcePoll, PluginError> {
         use bindings::source::exports::fv::plugin::source::PollResult;
-        self.sandbox.arm();
-        let resource = self.resource;
+        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
         let result = self
-            .world
-            .fv_plugin_source()
-            .source()
-            .call_poll(&mut self.sandbox.store, resource, max_rows)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))?;
+            .sandbox
+            .call(|store| source.call_poll(store, resource, max_rows))?;
         match result {
             PollResult::Batch(b) => {
                 let batch = ipc::decode_batch(b.batch).map_err(|e| {
@@ -342,10 +357,7 @@ impl SinkInstance {
         input: &Schema,
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
-        let pre = engine
-            .linker
-            .instantiate_pre(&plugin.component)
-            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre = sandbox.instance_pre(engine)?;
         let pre =
             bindings::sink::SinkPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
         sandbox.arm();
@@ -370,50 +382,30 @@ impl SinkInstance {
     /// Write a batch of the current epoch.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), PluginError> {
         let bytes = ipc::encode_batch(batch).map_err(|e| self.sandbox.reported(e))?;
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_sink()
-            .sink()
-            .call_write(&mut self.sandbox.store, resource, &bytes)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))
+        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
+        self.sandbox
+            .call(|store| sink.call_write(store, resource, &bytes))
     }
 
     /// Pre-commit `epoch`; returns the handle for `commit`.
     pub fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, PluginError> {
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_sink()
-            .sink()
-            .call_prepare(&mut self.sandbox.store, resource, epoch)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))
+        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
+        self.sandbox
+            .call(|store| sink.call_prepare(store, resource, epoch))
     }
 
     /// Commit `epoch` (idempotent).
     pub fn commit(&mut self, epoch: u64, handle: &[u8]) -> Result<(), PluginError> {
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_sink()
-            .sink()
-            .call_commit(&mut self.sandbox.store, resource, epoch, handle)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))
+        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
+        self.sandbox
+            .call(|store| sink.call_commit(store, resource, epoch, handle))
     }
 
     /// Abort `epoch`.
     pub fn abort(&mut self, epoch: u64) -> Result<(), PluginError> {
-        self.sandbox.arm();
-        let resource = self.resource;
-        self.world
-            .fv_plugin_sink()
-            .sink()
-            .call_abort(&mut self.sandbox.store, resource, epoch)
-            .map_err(|e| self.sandbox.classify(e))?
-            .map_err(|e| self.sandbox.reported(e))
+        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
+        self.sandbox
+            .call(|store| sink.call_abort(store, resource, epoch))
     }
 }
 
@@ -428,14 +420,6 @@ pub enum StepReply {
     Rows(RecordBatch),
     /// The step named poison rows; nothing else was produced.
     BadRows(Vec<BadRow>),
-}
-
-/// The outcome of processing a batch after poison isolation.
-pub struct ProcessOutcome {
-    /// Output rows of the good input rows.
-    pub output: Vec<RecordBatch>,
-    /// Poison rows: (input row, reason).
-    pub poison: Vec<BadRow>,
 }
 
 /// A step plugin instance for one task.
@@ -464,10 +448,7 @@ impl StepInstance {
         input: SchemaRef,
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
-        let pre = engine
-            .linker
-            .instantiate_pre(&plugin.component)
-            .map_err(|e| sandbox.instantiate_error(e))?;
+        let pre = sandbox.instance_pre(engine)?;
         let pre =
             bindings::step::StepPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
         let (world, resource) = Self::start(&mut sandbox, &pre, config, &input)?;

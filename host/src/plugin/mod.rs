@@ -21,8 +21,8 @@ pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
 pub use engine::PluginEngine;
 pub use error::{FailureKind, PluginError};
 pub use instance::{
-    BadRow, ConfigRejection, OpenError, ProcessOutcome, SinkInstance, SourceInstance, SourcePoll,
-    StepInstance, StepReply, TaskIdentity,
+    BadRow, ConfigRejection, OpenError, SinkInstance, SourceInstance, SourcePoll, StepInstance,
+    StepReply, TaskIdentity,
 };
 pub use metadata::{ContractVersion, PluginKind, PluginMetadata, SUPPORTED_CONTRACT};
 pub use sandbox::SandboxPolicy;

@@ -26,10 +26,10 @@ impl RunControl {
     /// Record a task failure (the first one is the run's error).
     pub fn fail(&self, message: String) {
         self.failed.store(true, Ordering::SeqCst);
-        if let Ok(mut slot) = self.first_failure.lock() {
-            if slot.is_none() {
-                *slot = Some(message);
-            }
+        if let Ok(mut slot) = self.first_failure.lock()
+            && slot.is_none()
+        {
+            *slot = Some(message);
         }
     }
 

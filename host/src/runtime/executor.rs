@@ -169,7 +169,7 @@ pub fn run(
                 .unwrap_or_default();
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
-                StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, s)),
+                StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
             };
             let control = Arc::clone(&control);
             let label = format!("{}[{i}]", stage.name);

@@ -30,8 +30,8 @@ pub struct PlannedSource {
 pub enum StageTask {
     /// A planned query.
     Sql(StatelessQuery),
-    /// An opened step.
-    Step(StepInstance),
+    /// An opened step (boxed: an instance is large and moves to its thread).
+    Step(Box<StepInstance>),
 }
 
 /// A stage with its tasks.
@@ -75,7 +75,6 @@ pub struct Plan {
 struct Planner<'a> {
     topology: &'a Topology,
     catalog: Catalog<'a>,
-    engine: &'a PluginEngine,
     loaded: BTreeMap<String, LoadedPlugin>,
     errors: Vec<Diagnostic>,
 }
@@ -85,7 +84,6 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
     let mut p = Planner {
         topology: &topology,
         catalog: Catalog::new(engine),
-        engine,
         loaded: BTreeMap::new(),
         errors: Vec::new(),
     };
@@ -173,7 +171,7 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                     ) {
                         Ok(inst) => {
                             schema = Some(inst.output_schema());
-                            tasks.push(StageTask::Step(inst));
+                            tasks.push(StageTask::Step(Box::new(inst)));
                         }
                         Err(e) => {
                             p.open_error(&key, e);
@@ -314,7 +312,6 @@ impl Planner<'_> {
             ));
             return None;
         }
-        let _ = self.engine;
         Some(loaded)
     }
 

@@ -75,10 +75,10 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
         }
         check_inputs("sinks", &sink.name, &sink.inputs, &mut errors);
     }
-    if let Some(dlq) = &t.dead_letter {
-        if !sinks.contains(dlq.as_str()) {
-            errors.push(map.at_key("dead_letter", format!("no sink named `{dlq}`")));
-        }
+    if let Some(dlq) = &t.dead_letter
+        && !sinks.contains(dlq.as_str())
+    {
+        errors.push(map.at_key("dead_letter", format!("no sink named `{dlq}`")));
     }
     // Cycles among stages (sources have no inputs, sinks no outputs).
     let order = topological_order(&t);

@@ -24,40 +24,19 @@ struct RawTopology {
     channel_capacity: Option<usize>,
     commit_interval: Option<String>,
     #[serde(default)]
-    sources: BTreeMap<String, RawSource>,
+    sources: BTreeMap<String, RawNode>,
     #[serde(default)]
-    stages: BTreeMap<String, RawStage>,
+    stages: BTreeMap<String, RawNode>,
     #[serde(default)]
-    sinks: BTreeMap<String, RawSink>,
+    sinks: BTreeMap<String, RawNode>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSandbox {
-    allow_read: Option<Vec<String>>,
-    allow_write: Option<Vec<String>>,
-    allow_env: Option<Vec<String>>,
-    memory_limit: Option<String>,
-    call_timeout: Option<String>,
-}
-
+/// One `[sources.x]`, `[stages.x]` or `[sinks.x]` table. One struct for all
+/// three so that every key is spelled once; which keys a role accepts is
+/// checked in [`parse`], with a message that says why.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSource {
-    plugin: Option<String>,
-    path: Option<String>,
-    config: Option<toml::Table>,
-    parallelism: Option<u32>,
-    allow_read: Option<Vec<String>>,
-    allow_write: Option<Vec<String>>,
-    allow_env: Option<Vec<String>>,
-    memory_limit: Option<String>,
-    call_timeout: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStage {
+struct RawNode {
     input: Option<Inputs>,
     sql: Option<String>,
     plugin: Option<String>,
@@ -71,14 +50,22 @@ struct RawStage {
     call_timeout: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSink {
-    input: Option<Inputs>,
-    plugin: Option<String>,
-    path: Option<String>,
-    config: Option<toml::Table>,
-    parallelism: Option<u32>,
+impl RawNode {
+    /// Move the sandbox keys out (serde's `flatten` would lose
+    /// `deny_unknown_fields` and the positions of errors).
+    fn take_sandbox(&mut self) -> RawSandbox {
+        RawSandbox {
+            allow_read: self.allow_read.take(),
+            allow_write: self.allow_write.take(),
+            allow_env: self.allow_env.take(),
+            memory_limit: self.memory_limit.take(),
+            call_timeout: self.call_timeout.take(),
+        }
+    }
+}
+
+/// The grant and limit keys of a plugin node.
+struct RawSandbox {
     allow_read: Option<Vec<String>>,
     allow_write: Option<Vec<String>>,
     allow_env: Option<Vec<String>>,
@@ -200,16 +187,22 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         dir: &dir,
     };
     let mut sources = Vec::new();
-    for (n, s) in raw.sources {
+    for (n, mut s) in raw.sources {
+        let sandbox = s.take_sandbox();
         let key = format!("sources.{n}");
         check_name(&ctx, &key, &n, &mut errors);
-        let sandbox = RawSandbox {
-            allow_read: s.allow_read,
-            allow_write: s.allow_write,
-            allow_env: s.allow_env,
-            memory_limit: s.memory_limit,
-            call_timeout: s.call_timeout,
-        };
+        if s.input.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.input"),
+                "a source has no input; remove `input`",
+            ));
+        }
+        if s.sql.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.sql"),
+                "a source cannot run SQL; put the query in a stage",
+            ));
+        }
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
         {
@@ -221,18 +214,12 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         }
     }
     let mut stages = Vec::new();
-    for (n, s) in raw.stages {
+    for (n, mut s) in raw.stages {
+        let sandbox = s.take_sandbox();
         let key = format!("stages.{n}");
         check_name(&ctx, &key, &n, &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
-        let sandbox = RawSandbox {
-            allow_read: s.allow_read,
-            allow_write: s.allow_write,
-            allow_env: s.allow_env,
-            memory_limit: s.memory_limit,
-            call_timeout: s.call_timeout,
-        };
         let kind = match (s.sql, s.plugin.is_some() || s.path.is_some()) {
             (Some(_), true) => {
                 errors.push(map.at_key(
@@ -268,18 +255,18 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         });
     }
     let mut sinks = Vec::new();
-    for (n, s) in raw.sinks {
+    for (n, mut s) in raw.sinks {
+        let sandbox = s.take_sandbox();
         let key = format!("sinks.{n}");
         check_name(&ctx, &key, &n, &mut errors);
+        if s.sql.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.sql"),
+                "a sink cannot run SQL; put the query in a stage",
+            ));
+        }
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
-        let sandbox = RawSandbox {
-            allow_read: s.allow_read,
-            allow_write: s.allow_write,
-            allow_env: s.allow_env,
-            memory_limit: s.memory_limit,
-            call_timeout: s.call_timeout,
-        };
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
         {
             sinks.push(SinkNode {

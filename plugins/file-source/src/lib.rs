@@ -213,7 +213,6 @@ impl Source for FileSource {
             return Ok(Poll::Finished);
         };
         let chunk = read_lines(split, max_rows.max(1))?;
-        let mut rows = Vec::new();
         let batch = decode(
             self.format,
             &self.schema,
@@ -221,7 +220,6 @@ impl Source for FileSource {
             &chunk,
             self.skip_bad_rows,
             &split.path,
-            &mut rows,
         )?;
         split.offset = chunk.end_offset;
         split.line = chunk.end_line;
@@ -342,7 +340,6 @@ fn decode(
     lines: &Lines,
     skip_bad_rows: bool,
     path: &str,
-    _scratch: &mut Vec<u8>,
 ) -> Result<RecordBatch, String> {
     let all: Vec<usize> = (0..lines.rows.len()).collect();
     match decode_rows(format, schema, delimiter, lines, &all) {
@@ -394,32 +391,34 @@ fn decode_rows(
                 .with_delimiter(delimiter)
                 .with_batch_size(batch_size)
                 .build_decoder();
-            let mut fed = 0;
-            while fed < feed.len() {
-                let n = decoder.decode(&feed[fed..])?;
-                if n == 0 {
-                    break;
-                }
-                fed += n;
-            }
+            feed_all(&feed, |bytes| decoder.decode(bytes))?;
             decoder.flush()?
         }
         Format::JsonLines => {
             let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))
                 .with_batch_size(batch_size)
                 .build_decoder()?;
-            let mut fed = 0;
-            while fed < feed.len() {
-                let n = decoder.decode(&feed[fed..])?;
-                if n == 0 {
-                    break;
-                }
-                fed += n;
-            }
+            feed_all(&feed, |bytes| decoder.decode(bytes))?;
             decoder.flush()?
         }
     };
     Ok(batch.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(schema))))
+}
+
+/// Push every byte into a push decoder (`decode` returns what it consumed).
+fn feed_all(
+    feed: &[u8],
+    mut decode: impl FnMut(&[u8]) -> Result<usize, ArrowError>,
+) -> Result<(), ArrowError> {
+    let mut fed = 0;
+    while fed < feed.len() {
+        let n = decode(&feed[fed..])?;
+        if n == 0 {
+            break;
+        }
+        fed += n;
+    }
+    Ok(())
 }
 
 /// Arrow prefixes its messages with the error kind; keep the reason.

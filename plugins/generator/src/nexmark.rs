@@ -76,7 +76,14 @@ fn kind_of(event: u64) -> Stream {
 
 fn last_base0_person_id(event: u64) -> u64 {
     let epoch = event / PROPORTION_DENOMINATOR;
-    let offset = (event % PROPORTION_DENOMINATOR).min(PERSON_PROPORTION - 1);
+    // The reference generator's formula; with one person per epoch the
+    // offset is always 0, but the proportions are constants one may tune.
+    let offset = event % PROPORTION_DENOMINATOR;
+    let offset = if offset >= PERSON_PROPORTION {
+        PERSON_PROPORTION - 1
+    } else {
+        offset
+    };
     epoch * PERSON_PROPORTION + offset
 }
 

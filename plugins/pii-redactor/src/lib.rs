@@ -229,7 +229,7 @@ fn luhn_valid(digits: &[u8]) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 fv_plugin_sdk::export_step!(PiiRedactor);

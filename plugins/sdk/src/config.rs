@@ -42,6 +42,16 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Parse the config and decode the input schema (sinks and steps).
+pub(crate) fn parse_with_schema<T: DeserializeOwned>(
+    json: &str,
+    schema: &[u8],
+) -> Result<(T, arrow_schema::SchemaRef), ConfigError> {
+    let schema = crate::ipc::decode_schema(schema)
+        .map_err(|e| ConfigError::new(format!("the host sent an unreadable input schema: {e}")))?;
+    Ok((parse(json)?, schema))
+}
+
 /// Parse the host's JSON config into `T`.
 pub(crate) fn parse<T: DeserializeOwned>(json: &str) -> Result<T, ConfigError> {
     let mut de = serde_json::Deserializer::from_str(json);

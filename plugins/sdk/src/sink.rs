@@ -45,11 +45,8 @@ impl<T: Sink> wit::GuestSink for SinkAdapter<T> {
         task: wit_types::TaskContext,
     ) -> Result<wit::Sink, wit_types::ConfigError> {
         let task = TaskContext::from(task);
-        let schema = ipc::decode_schema(&input_schema).map_err(|e| wit_types::ConfigError {
-            key: None,
-            message: format!("the host sent an unreadable input schema: {e}"),
-        })?;
-        let parsed = config::parse::<T::Config>(&config).map_err(to_wit)?;
+        let (parsed, schema) =
+            config::parse_with_schema::<T::Config>(&config, &input_schema).map_err(to_wit)?;
         let inner = T::open(parsed, schema, &task).map_err(to_wit)?;
         Ok(wit::Sink::new(SinkAdapter {
             inner: RefCell::new(inner),

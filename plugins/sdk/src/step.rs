@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use serde::de::DeserializeOwned;
 
@@ -77,11 +77,8 @@ impl<T: Step> wit::GuestStep for StepAdapter<T> {
         task: wit_types::TaskContext,
     ) -> Result<wit::Step, wit_types::ConfigError> {
         let task = TaskContext::from(task);
-        let schema = ipc::decode_schema(&input_schema).map_err(|e| wit_types::ConfigError {
-            key: None,
-            message: format!("the host sent an unreadable input schema: {e}"),
-        })?;
-        let parsed = config::parse::<T::Config>(&config).map_err(to_wit)?;
+        let (parsed, schema) =
+            config::parse_with_schema::<T::Config>(&config, &input_schema).map_err(to_wit)?;
         let inner = T::open(parsed, schema, &task).map_err(to_wit)?;
         Ok(wit::Step::new(StepAdapter {
             inner: RefCell::new(inner),
@@ -132,6 +129,11 @@ impl<T: Step> wit::GuestStep for StepAdapter<T> {
 
 /// Pack a boolean mask as Arrow-order bits, nulls as `false`.
 fn mask_bits(mask: &BooleanArray) -> Vec<u8> {
+    let values = mask.values();
+    if mask.null_count() == 0 && values.offset() == 0 {
+        // The common case: the values buffer already is the answer.
+        return values.inner().as_slice()[..mask.len().div_ceil(8)].to_vec();
+    }
     let mut bits = vec![0u8; mask.len().div_ceil(8)];
     for (i, keep) in mask.iter().enumerate() {
         if keep == Some(true) {

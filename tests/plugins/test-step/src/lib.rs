@@ -45,7 +45,6 @@ fn price() -> String {
 /// The test step.
 pub struct TestStep {
     config: Config,
-    input: SchemaRef,
     output: SchemaRef,
     content: Option<String>,
 }
@@ -86,7 +85,6 @@ impl Step for TestStep {
         }
         Ok(TestStep {
             config,
-            input,
             output,
             content,
         })
@@ -114,11 +112,10 @@ impl Step for TestStep {
         };
         match self.config.mode.as_str() {
             "filter" => {
-                let keep: BooleanArray = values()?
-                    .iter()
-                    .map(|v| Some(v.is_some_and(|v| v > self.config.value)))
-                    .collect();
-                Ok(StepOutput::Keep(keep))
+                let threshold = self.config.value;
+                Ok(StepOutput::Keep(BooleanArray::from_unary(values()?, |v| {
+                    v > threshold
+                })))
             }
             "filter-copy" => {
                 let keep: BooleanArray = values()?
@@ -177,7 +174,6 @@ impl Step for TestStep {
                 let content: ArrayRef = Arc::new(StringArray::from(vec![text; batch.num_rows()]));
                 let mut columns = batch.columns().to_vec();
                 columns.push(content);
-                let _ = &self.input;
                 RecordBatch::try_new(Arc::clone(&self.output), columns)
                     .map(StepOutput::Batch)
                     .map_err(|e| ProcessError::Failed(e.to_string()))
