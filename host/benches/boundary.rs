@@ -169,10 +169,10 @@ fn boundary(engine: &PluginEngine) {
 
 fn pipeline(engine: &PluginEngine, dir: &Path, label: &str, middle: &str, events: u64) -> f64 {
     let text = format!(
-        "batch_size = 8192\n[sources.bids]\nplugin = \"generator\"\nconfig = {{ stream = \"bid\", events = {events} }}\n{middle}\n[sinks.out]\ninput = \"{input}\"\nplugin = \"blackhole-sink\"\n",
+        "name = \"bench\"\nbatch_size = 8192\n[sources.bids]\nplugin = \"generator\"\nconfig = {{ stream = \"bid\", events = {events} }}\n{middle}\n[sinks.out]\ninput = \"{input}\"\nplugin = \"blackhole-sink\"\n",
         input = if middle.is_empty() { "bids" } else { "filter" }
     );
-    let file = dir.join(format!("{label}.toml"));
+    let file = dir.join("bench.toml");
     let topology = Topology::parse(&file, &text).unwrap_or_else(|d| panic!("{d}"));
     let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
     let metrics: Vec<Arc<StageMetrics>> = plan
