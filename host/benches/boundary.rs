@@ -18,8 +18,9 @@ use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp::gt;
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
+use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SandboxPolicy, StepInstance, TaskIdentity};
-use fvhost::runtime::{self, RunControl, StageMetrics};
+use fvhost::runtime::{self, Checkpointing, RunControl, StageMetrics};
 use fvhost::topology::Topology;
 
 fn bids(rows: usize) -> RecordBatch {
@@ -191,7 +192,18 @@ fn pipeline(engine: &PluginEngine, dir: &Path, label: &str, middle: &str, events
         )
         .collect();
     let started = Instant::now();
-    runtime::run(plan, Arc::new(RunControl::default()), &metrics).expect("run");
+    let state = tempfile::tempdir().expect("state dir");
+    let checkpointing = Checkpointing {
+        store: EpochStore::open(state.path()).expect("epoch store"),
+        topology_digest: String::new(),
+    };
+    runtime::run(
+        plan,
+        Arc::new(RunControl::default()),
+        &metrics,
+        checkpointing,
+    )
+    .expect("run");
     let elapsed = started.elapsed().as_secs_f64();
     // Nexmark bids are 46 of every 50 events.
     let bids = StageMetrics::get(&metrics[0].rows_out) as f64;

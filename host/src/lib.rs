@@ -10,8 +10,11 @@
 //!   `fv:plugin` contract (`wit/plugin.wit`) and per-task instances;
 //! - [`runtime`]: the in-band [`runtime::Message`]s, the
 //!   [`runtime::Operator`] trait, planning and the threaded executor;
+//! - [`epoch`]: barriers, manifests and the coordinator that make output
+//!   exactly-once;
 //! - [`sql`]: stateless DataFusion queries over batches.
 
+pub mod epoch;
 pub mod ipc;
 pub mod plugin;
 pub mod runtime;

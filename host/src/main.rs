@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SUPPORTED_CONTRACT};
-use fvhost::runtime::{self, RunControl, StageMetrics, progress};
+use fvhost::runtime::{self, Checkpointing, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
+use sha2::{Digest, Sha256};
 
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
@@ -51,12 +53,16 @@ enum Command {
     Run {
         /// The topology file.
         topology: PathBuf,
-        /// Directory for the run's state [default: ./.fvhost/<topology name>].
+        /// Directory for the run's checkpoints (manifests); a run resumes
+        /// from the newest one found here [default: ./.fvhost/<topology name>].
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// Do not draw the live progress display.
         #[arg(long)]
         no_progress: bool,
+        /// Discard the checkpoints in the state directory and start over.
+        #[arg(long)]
+        from_scratch: bool,
     },
     /// Check a topology without running it: syntax, keys, inputs, cycles,
     /// plugins and their configs, SQL against the input schemas.
@@ -134,6 +140,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             topology,
             state_dir,
             no_progress,
+            from_scratch,
         } => {
             let engine = engine(cli.cache_dir)?;
             let plan = match load_and_plan(&topology, &engine) {
@@ -144,16 +151,29 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&plan.topology.name));
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+            let store = EpochStore::open(&state_dir)?;
+            if from_scratch {
+                store.clear()?;
+            }
+            let text = std::fs::read(&topology)
+                .with_context(|| format!("reading {}", topology.display()))?;
+            let checkpointing = Checkpointing {
+                store,
+                topology_digest: hex::encode(Sha256::digest(&text)),
+            };
             let control = Arc::new(RunControl::default());
             install_stop_handler(Arc::clone(&control))?;
             let metrics = metrics_for(&plan);
             let display = progress::Progress::start(&metrics, !no_progress);
             tracing::info!(topology = %plan.topology.name, "running");
-            let result = runtime::run(plan, control, &metrics);
+            let result = runtime::run(plan, control, &metrics, checkpointing);
             display.finish();
             match result {
                 Ok(report) => {
                     eprintln!("{}", progress::summary(&report.stages, report.elapsed));
+                    if let Some(epoch) = report.restored_epoch {
+                        eprintln!("resumed after epoch {epoch}");
+                    }
                     if report.stopped {
                         eprintln!("stopped on request; sinks committed what they received");
                     }

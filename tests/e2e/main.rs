@@ -8,6 +8,7 @@ mod support;
 
 mod bad_input;
 mod cli;
+mod exactly_once;
 mod pipelines;
 mod poison;
 mod sandbox;

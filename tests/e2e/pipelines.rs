@@ -181,3 +181,52 @@ fn sigterm_stops_an_unbounded_run_gracefully_and_sinks_commit() {
         "committed rows are a gap-free prefix"
     );
 }
+
+#[test]
+fn parquet_written_by_the_file_sink_reads_back_through_the_file_source() {
+    let s = Scratch::new();
+    copy_example(&s, "csv-orders");
+    s.write(
+        "to_parquet.toml",
+        r#"
+[sources.orders]
+plugin = "file-source"
+allow_read = ["data"]
+config = { path = "data/orders-*.csv" }
+
+[sinks.pq]
+input = "orders"
+plugin = "file-sink"
+allow_write = ["pq"]
+config = { path = "pq", format = "parquet" }
+"#,
+    );
+    s.write(
+        "from_parquet.toml",
+        r#"
+[sources.orders]
+plugin = "file-source"
+allow_read = ["pq"]
+config = { path = "pq/*.parquet" }
+
+[sinks.out]
+input = "orders"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out" }
+"#,
+    );
+    assert_exit(&s.fvhost(&["run", "to_parquet.toml", "--no-progress"]), 0);
+    assert!(
+        s.files("pq").iter().all(|f| f.ends_with(".parquet")),
+        "{:?}",
+        s.files("pq")
+    );
+    assert_exit(&s.fvhost(&["run", "from_parquet.toml", "--no-progress"]), 0);
+    let rows = s.output_lines("out");
+    assert_eq!(int_column(&rows, "order_id"), (1..=7).collect::<Vec<i64>>());
+    assert!(
+        rows.contains(&r#"{"order_id":3,"customer":"Chen","email":"chen@example.net","amount":980.25,"country":"NL"}"#.to_string()),
+        "{rows:?}"
+    );
+}

@@ -1,12 +1,13 @@
 //! Runs a [`Plan`]: one thread per task, bounded channels on every edge,
-//! graceful stop, and the first failure as the run's error.
+//! the epoch coordinator, graceful stop, and the first failure as the run's
+//! error.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select, Sender, bounded};
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, bounded, unbounded};
 
 use super::control::RunControl;
 use super::message::Message;
@@ -14,9 +15,12 @@ use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, SqlStage, WasmStep};
 use super::plan::{Plan, StageTask};
+use crate::epoch::{
+    Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
+};
 use crate::plugin::{SourceInstance, SourcePoll};
 
-/// How often an idle task wakes for timers, and an idle source re-polls.
+/// How often an idle task wakes up, and how long an idle source waits.
 const TICK: Duration = Duration::from_millis(50);
 const IDLE_BACKOFF: Duration = Duration::from_millis(10);
 
@@ -29,6 +33,25 @@ pub enum RunError {
     /// A thread could not be started.
     #[error("cannot start a task thread: {0}")]
     Spawn(String),
+    /// Restoring from the newest manifest failed.
+    #[error("restoring epoch {epoch}: {message}")]
+    Restore {
+        /// The manifest's epoch.
+        epoch: u64,
+        /// What failed.
+        message: String,
+    },
+    /// The epoch store failed.
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
+}
+
+/// How a run checkpoints.
+pub struct Checkpointing {
+    /// Where manifests live.
+    pub store: EpochStore,
+    /// SHA-256 of the topology file.
+    pub topology_digest: String,
 }
 
 /// What a finished run did.
@@ -40,25 +63,33 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// Whether it ended because a stop was requested.
     pub stopped: bool,
-}
-
-/// The edges of the graph: per producer task, its downstream senders; per
-/// consumer task, its input receivers.
-struct Wiring {
-    outputs: BTreeMap<(String, usize), Vec<Downstream>>,
-    inputs: BTreeMap<(String, usize), Vec<Receiver<Message>>>,
+    /// The epoch the run resumed from, if any.
+    pub restored_epoch: Option<u64>,
+    /// The last epoch committed by this run.
+    pub committed_epoch: Option<u64>,
 }
 
 /// Run `plan` until its sources drain, a stop is requested, or a task fails.
 pub fn run(
-    plan: Plan,
+    mut plan: Plan,
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
+    checkpointing: Checkpointing,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let capacity = plan.topology.settings.channel_capacity;
-    let batch_size = plan.topology.settings.batch_size;
-    let interval = plan.topology.settings.commit_interval;
+    let restored = checkpointing.store.latest()?;
+    if let Some(m) = &restored {
+        restore(&mut plan, m)?;
+        if m.topology_digest != checkpointing.topology_digest {
+            tracing::warn!(
+                epoch = m.epoch,
+                "the topology file changed since the checkpoint it resumes from"
+            );
+        }
+        tracing::info!(epoch = m.epoch, "resuming from the newest manifest");
+    }
+    let first_epoch = restored.as_ref().map(|m| m.epoch + 1).unwrap_or(1);
+    let settings = plan.topology.settings.clone();
     let metric = |name: &str| {
         metrics
             .iter()
@@ -67,7 +98,7 @@ pub fn run(
             .unwrap_or_default()
     };
 
-    // Parallelism of every producer, and the consumers of each.
+    // Edges: per producer task its downstream senders, per consumer task its inputs.
     let mut parallelism: BTreeMap<String, usize> = BTreeMap::new();
     for s in &plan.sources {
         parallelism.insert(s.name.clone(), s.tasks.len());
@@ -75,54 +106,52 @@ pub fn run(
     for s in &plan.stages {
         parallelism.insert(s.name.clone(), s.tasks.len());
     }
-    let mut consumers: Vec<(String, Vec<String>, usize)> = Vec::new();
-    for s in &plan.stages {
-        consumers.push((s.name.clone(), s.inputs.clone(), s.tasks.len()));
-    }
-    for s in &plan.sinks {
-        consumers.push((s.name.clone(), s.inputs.clone(), s.tasks.len()));
-    }
-    let mut wiring = Wiring {
-        outputs: BTreeMap::new(),
-        inputs: BTreeMap::new(),
-    };
-    for (consumer, inputs, tasks) in &consumers {
-        for input in inputs {
-            let producers = parallelism.get(input).copied().unwrap_or(0);
-            for p in 0..producers {
+    let consumers: Vec<(String, Vec<String>, usize)> = plan
+        .stages
+        .iter()
+        .map(|s| (s.name.clone(), s.inputs.clone(), s.tasks.len()))
+        .chain(
+            plan.sinks
+                .iter()
+                .map(|s| (s.name.clone(), s.inputs.clone(), s.tasks.len())),
+        )
+        .collect();
+    let mut outputs: BTreeMap<(String, usize), Vec<Downstream>> = BTreeMap::new();
+    let mut inputs: BTreeMap<(String, usize), Vec<Receiver<Message>>> = BTreeMap::new();
+    for (consumer, names, tasks) in &consumers {
+        for input in names {
+            for p in 0..parallelism.get(input).copied().unwrap_or(0) {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
-                    let (tx, rx) = bounded(capacity);
+                    let (tx, rx) = bounded(settings.channel_capacity);
                     senders.push(tx);
-                    wiring
-                        .inputs
-                        .entry((consumer.clone(), c))
-                        .or_default()
-                        .push(rx);
+                    inputs.entry((consumer.clone(), c)).or_default().push(rx);
                 }
-                wiring
-                    .outputs
+                outputs
                     .entry((input.clone(), p))
                     .or_default()
                     .push(Downstream::new(senders));
             }
         }
     }
-    let dead_letter: Option<(Sender<Message>, Receiver<Message>)> = plan
-        .topology
-        .dead_letter
-        .as_ref()
-        .map(|_| bounded(capacity));
-    if let (Some(name), Some((_, rx))) = (&plan.topology.dead_letter, &dead_letter) {
-        wiring
-            .inputs
-            .entry((name.clone(), 0))
-            .or_default()
-            .push(rx.clone());
+    // Each step task has its own edge to the dead-letter sink, so that its
+    // barriers align there like on any other edge.
+    let mut dead_letter: BTreeMap<(String, usize), Sender<Message>> = BTreeMap::new();
+    if let Some(dlq) = &plan.topology.dead_letter {
+        for stage in &plan.stages {
+            for (i, task) in stage.tasks.iter().enumerate() {
+                if matches!(task, StageTask::Step(_)) {
+                    let (tx, rx) = bounded(settings.channel_capacity);
+                    dead_letter.insert((stage.name.clone(), i), tx);
+                    inputs.entry((dlq.clone(), 0)).or_default().push(rx);
+                }
+            }
+        }
     }
-    let dlq_sender = dead_letter.as_ref().map(|(tx, _)| tx.clone());
-    drop(dead_letter);
 
+    let (ack_tx, ack_rx) = unbounded::<Ack>();
+    let mut source_commands = Vec::new();
+    let mut sink_commands = Vec::new();
     let mut handles: Vec<(String, JoinHandle<()>)> = Vec::new();
     let spawn =
         |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(String, JoinHandle<()>), RunError> {
@@ -133,22 +162,36 @@ pub fn run(
             Ok((name, handle))
         };
 
+    let source_tasks: usize = plan.sources.iter().map(|s| s.tasks.len()).sum();
     for source in plan.sources {
         let m = metric(&source.name);
+        let restored_positions = restored
+            .as_ref()
+            .map(|r| r.positions(&source.name))
+            .unwrap_or_default();
         for (i, instance) in source.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(
-                wiring
-                    .outputs
+                outputs
                     .remove(&(source.name.clone(), i))
                     .unwrap_or_default(),
                 None,
                 Arc::clone(&m),
             );
+            let (cmd_tx, cmd_rx) = unbounded();
+            source_commands.push(cmd_tx);
+            let task = SourceTask {
+                name: source.name.clone(),
+                instance,
+                out: emitter,
+                commands: cmd_rx,
+                acks: ack_tx.clone(),
+                batch_size: settings.batch_size,
+                positions: restored_positions.iter().cloned().collect(),
+            };
             let control = Arc::clone(&control);
-            let label = format!("{}[{i}]", source.name);
             handles.push(spawn(
-                label,
-                Box::new(move || source_task(instance, emitter, batch_size, &control)),
+                format!("{}[{i}]", source.name),
+                Box::new(move || task.run(&control)),
             )?);
         }
     }
@@ -156,47 +199,84 @@ pub fn run(
         let m = metric(&stage.name);
         for (i, task) in stage.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(
-                wiring
-                    .outputs
-                    .remove(&(stage.name.clone(), i))
-                    .unwrap_or_default(),
-                dlq_sender.clone(),
+                outputs.remove(&(stage.name.clone(), i)).unwrap_or_default(),
+                dead_letter.remove(&(stage.name.clone(), i)),
                 Arc::clone(&m),
             );
-            let inputs = wiring
-                .inputs
-                .remove(&(stage.name.clone(), i))
-                .unwrap_or_default();
+            let task_inputs = inputs.remove(&(stage.name.clone(), i)).unwrap_or_default();
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
                 StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
             };
             let control = Arc::clone(&control);
-            let label = format!("{}[{i}]", stage.name);
             handles.push(spawn(
-                label,
-                Box::new(move || operator_task(op, inputs, emitter, &control)),
+                format!("{}[{i}]", stage.name),
+                Box::new(move || operator_task(op, task_inputs, None, emitter, &control)),
             )?);
         }
     }
-    drop(dlq_sender);
+    let mut sink_tasks = 0;
     for sink in plan.sinks {
         let m = metric(&sink.name);
         for (i, instance) in sink.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(Vec::new(), None, Arc::clone(&m));
-            let inputs = wiring
-                .inputs
-                .remove(&(sink.name.clone(), i))
-                .unwrap_or_default();
-            let op: Box<dyn Operator> = Box::new(SinkWriter::new(instance, interval));
+            let task_inputs = inputs.remove(&(sink.name.clone(), i)).unwrap_or_default();
+            // A sink without inputs (a dead-letter sink with no step to feed
+            // it) never sees a barrier and takes no part in epochs.
+            let commands = if task_inputs.is_empty() {
+                None
+            } else {
+                sink_tasks += 1;
+                let (cmd_tx, cmd_rx) = unbounded();
+                sink_commands.push(cmd_tx);
+                Some(cmd_rx)
+            };
+            let op: Box<dyn Operator> = Box::new(SinkWriter::new(
+                instance,
+                &sink.name,
+                i as u32,
+                first_epoch,
+                ack_tx.clone(),
+            ));
             let control = Arc::clone(&control);
-            let label = format!("{}[{i}]", sink.name);
             handles.push(spawn(
-                label,
-                Box::new(move || operator_task(op, inputs, emitter, &control)),
+                format!("{}[{i}]", sink.name),
+                Box::new(move || operator_task(op, task_inputs, commands, emitter, &control)),
             )?);
         }
     }
+    drop(ack_tx);
+    let coordinator = Coordinator::new(
+        CoordinatorConfig {
+            topology: plan.topology.name.clone(),
+            topology_digest: checkpointing.topology_digest.clone(),
+            plugins: plan
+                .plugins
+                .iter()
+                .map(|(r, p)| (r.clone(), p.digest.clone()))
+                .collect(),
+            interval: settings.checkpoint_interval,
+            retain: settings.checkpoint_retain,
+            first_epoch,
+            source_tasks,
+            sink_tasks,
+            restored_positions: restored
+                .as_ref()
+                .map(|m| {
+                    m.sources
+                        .keys()
+                        .map(|s| (s.clone(), m.positions(s)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
+        checkpointing.store,
+        source_commands,
+        sink_commands,
+        ack_rx,
+        Arc::clone(&control),
+    );
+    let committed_epoch = coordinator.run();
     for (name, handle) in handles {
         if handle.join().is_err() {
             control.fail(format!(
@@ -208,6 +288,8 @@ pub fn run(
         stages: metrics.to_vec(),
         elapsed: started.elapsed(),
         stopped: control.stop_requested(),
+        restored_epoch: restored.map(|m| m.epoch),
+        committed_epoch,
     };
     match control.failure() {
         Some(message) => Err(RunError::Task(message)),
@@ -215,81 +297,219 @@ pub fn run(
     }
 }
 
-fn source_task(
-    mut instance: SourceInstance,
-    mut out: Emitter,
-    batch_size: u32,
-    control: &RunControl,
-) {
-    let result = (|| -> Result<(), TaskError> {
-        while !control.should_stop() {
-            match instance.poll(batch_size)? {
-                SourcePoll::Batch(batch, _positions) => {
-                    StageMetrics::add(&out.metrics.batches_in, 1);
-                    StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
-                    out.emit(batch)?;
-                }
-                SourcePoll::Idle => std::thread::sleep(IDLE_BACKOFF),
-                SourcePoll::Finished => break,
-            }
+/// Seek sources to the manifest's positions; replay the sinks' commit of
+/// its epoch (commit is idempotent) and abort anything prepared after it.
+fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
+    let fail = |message: String| RunError::Restore {
+        epoch: manifest.epoch,
+        message,
+    };
+    for source in &mut plan.sources {
+        let positions = manifest.positions(&source.name);
+        for task in &mut source.tasks {
+            let owned = task.splits().map_err(|e| fail(e.to_string()))?;
+            let mine: Vec<(String, Vec<u8>)> = positions
+                .iter()
+                .filter(|(s, _)| owned.contains(s))
+                .cloned()
+                .collect();
+            task.restore(&mine).map_err(|e| fail(e.to_string()))?;
         }
-        Ok(())
-    })();
-    finish(result, control);
-    out.end_of_stream();
+    }
+    for sink in &mut plan.sinks {
+        for (i, task) in sink.tasks.iter_mut().enumerate() {
+            if let Some(handle) = manifest.sink_handle(&sink.name, i as u32) {
+                task.commit(manifest.epoch, &handle)
+                    .map_err(|e| fail(e.to_string()))?;
+            }
+            task.abort(manifest.epoch + 1)
+                .map_err(|e| fail(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
+/// One source task: polls its plugin, and between two polls obeys the
+/// coordinator (report positions, inject a barrier).
+struct SourceTask {
+    name: String,
+    instance: SourceInstance,
+    out: Emitter,
+    commands: Receiver<SourceCommand>,
+    acks: Sender<Ack>,
+    batch_size: u32,
+    /// The latest position of every split this task has reported.
+    positions: BTreeMap<String, Vec<u8>>,
+}
+
+impl SourceTask {
+    fn run(mut self, control: &RunControl) {
+        let result = self.run_inner(control);
+        finish(result, control);
+        self.out.end_of_stream();
+    }
+
+    fn run_inner(&mut self, control: &RunControl) -> Result<(), TaskError> {
+        let mut drained = false;
+        loop {
+            let command = if drained {
+                // Nothing left to read: wait for the final barrier.
+                match self.commands.recv_timeout(TICK) {
+                    Ok(c) => Some(c),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            } else {
+                match self.commands.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                }
+            };
+            if let Some(SourceCommand::Barrier { epoch, last }) = command {
+                let positions = self
+                    .positions
+                    .iter()
+                    .map(|(s, p)| (s.clone(), p.clone()))
+                    .collect();
+                let _ = self.acks.send(Ack::Source {
+                    name: self.name.clone(),
+                    epoch,
+                    positions,
+                });
+                self.out.barrier(epoch)?;
+                if last {
+                    return Ok(());
+                }
+                continue;
+            }
+            if control.has_failed() {
+                return Ok(());
+            }
+            if drained {
+                continue;
+            }
+            match self.instance.poll(self.batch_size)? {
+                SourcePoll::Batch(batch, positions) => {
+                    self.positions.extend(positions);
+                    StageMetrics::add(&self.out.metrics.batches_in, 1);
+                    StageMetrics::add(&self.out.metrics.rows_in, batch.num_rows() as u64);
+                    self.out.emit(batch)?;
+                }
+                SourcePoll::Idle => std::thread::sleep(IDLE_BACKOFF),
+                SourcePoll::Finished => {
+                    drained = true;
+                    let _ = self.acks.send(Ack::SourceFinished);
+                }
+            }
+        }
+    }
+}
+
+/// A stage or sink task: receives from its inputs, aligns barriers, and
+/// (sinks) obeys commit commands.
 fn operator_task(
     mut op: Box<dyn Operator>,
     inputs: Vec<Receiver<Message>>,
+    commands: Option<Receiver<SinkCommand>>,
     mut out: Emitter,
     control: &RunControl,
 ) {
-    let result = (|| -> Result<(), TaskError> {
-        let mut open: Vec<bool> = vec![true; inputs.len()];
-        let mut remaining = inputs.len();
-        while remaining > 0 {
-            let mut select = Select::new();
-            let mut index = Vec::with_capacity(remaining);
-            for (i, rx) in inputs.iter().enumerate() {
-                if open[i] {
-                    select.recv(rx);
-                    index.push(i);
-                }
-            }
-            let ready = match select.select_timeout(TICK) {
-                Ok(op) => op,
-                Err(_) => {
-                    op.on_tick(&mut out)?;
-                    continue;
-                }
-            };
-            let i = index[ready.index()];
-            match ready.recv(&inputs[i]) {
-                Ok(Message::Batch(batch)) => {
-                    StageMetrics::add(&out.metrics.batches_in, 1);
-                    StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
-                    op.on_batch(batch, &mut out)?;
-                }
-                // A closed channel is an upstream that ended (or failed:
-                // the failure is in `control` and decides below).
-                Ok(Message::EndOfStream) | Err(_) => {
-                    open[i] = false;
-                    remaining -= 1;
-                }
-            }
-        }
-        if control.has_failed() {
-            op.on_abort();
-            return Ok(());
-        }
-        op.on_end_of_stream(&mut out)
-    })();
-    if result.is_err() {
+    let result = operator_loop(op.as_mut(), &inputs, commands.as_ref(), &mut out, control);
+    if result.is_err() || control.has_failed() {
         op.on_abort();
     }
     finish(result, control);
     out.end_of_stream();
+}
+
+fn operator_loop(
+    op: &mut dyn Operator,
+    inputs: &[Receiver<Message>],
+    commands: Option<&Receiver<SinkCommand>>,
+    out: &mut Emitter,
+    control: &RunControl,
+) -> Result<(), TaskError> {
+    let mut open: Vec<bool> = vec![true; inputs.len()];
+    // Inputs that delivered the pending barrier are held back (alignment).
+    let mut held: Vec<bool> = vec![false; inputs.len()];
+    let mut pending_barrier: Option<u64> = None;
+    let mut remaining = inputs.len();
+    let mut commands_open = commands.is_some();
+    while remaining > 0 {
+        if control.has_failed() {
+            return Ok(());
+        }
+        let mut select = Select::new();
+        let mut index = Vec::with_capacity(remaining + 1);
+        for (i, rx) in inputs.iter().enumerate() {
+            if open[i] && !held[i] {
+                select.recv(rx);
+                index.push(Some(i));
+            }
+        }
+        if let Some(cmd) = commands
+            && commands_open
+        {
+            select.recv(cmd);
+            index.push(None);
+        }
+        let ready = match select.select_timeout(TICK) {
+            Ok(ready) => ready,
+            Err(_) => {
+                op.on_tick(out)?;
+                continue;
+            }
+        };
+        let Some(i) = index[ready.index()] else {
+            match commands.map(|c| ready.recv(c)) {
+                Some(Ok(SinkCommand::Commit(epoch))) => op.on_commit(epoch)?,
+                // The coordinator is gone: the run is ending or failed.
+                _ => commands_open = false,
+            }
+            continue;
+        };
+        match ready.recv(&inputs[i]) {
+            Ok(Message::Batch(batch)) => {
+                StageMetrics::add(&out.metrics.batches_in, 1);
+                StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
+                op.on_batch(batch, out)?;
+            }
+            Ok(Message::Barrier(epoch)) => {
+                held[i] = true;
+                pending_barrier = Some(epoch);
+            }
+            // A closed channel is an upstream that ended (or failed: the
+            // failure is in `control`).
+            Ok(Message::EndOfStream) | Err(_) => {
+                open[i] = false;
+                remaining -= 1;
+            }
+        }
+        // Aligned: every open input delivered the barrier.
+        if let Some(epoch) = pending_barrier
+            && (0..inputs.len()).all(|j| !open[j] || held[j])
+        {
+            op.on_barrier(epoch, out)?;
+            out.barrier(epoch)?;
+            held.iter_mut().for_each(|h| *h = false);
+            pending_barrier = None;
+        }
+    }
+    op.on_end_of_stream(out)?;
+    // A sink waits for the commit of what it prepared last.
+    if let Some(cmd) = commands
+        && commands_open
+    {
+        while op.awaiting_commit() && !control.has_failed() {
+            match cmd.recv_timeout(TICK) {
+                Ok(SinkCommand::Commit(epoch)) => op.on_commit(epoch)?,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+    Ok(())
 }
 
 fn finish(result: Result<(), TaskError>, control: &RunControl) {

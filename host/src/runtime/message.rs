@@ -7,6 +7,10 @@ use arrow::array::RecordBatch;
 pub enum Message {
     /// Rows. Batches move by reference (`RecordBatch` is `Arc`-backed).
     Batch(RecordBatch),
+    /// Epoch `N` starts after this point of the stream. A task with several
+    /// inputs holds back an input that delivered barrier N until every input
+    /// has (alignment), then snapshots and forwards it.
+    Barrier(u64),
     /// The sender has no more rows: a bounded source drained, or the run
     /// is stopping gracefully. A task ends once every input sent this.
     EndOfStream,

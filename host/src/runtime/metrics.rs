@@ -20,8 +20,6 @@ pub struct StageMetrics {
     pub dead_lettered: AtomicU64,
     /// Plugin instances re-created after a trap.
     pub restarts: AtomicU64,
-    /// Epochs committed (sinks).
-    pub commits: AtomicU64,
 }
 
 impl StageMetrics {

@@ -20,7 +20,7 @@ pub mod plan;
 pub mod progress;
 
 pub use control::RunControl;
-pub use executor::{RunError, RunReport, run};
+pub use executor::{Checkpointing, RunError, RunReport, run};
 pub use message::Message;
 pub use metrics::StageMetrics;
 pub use operator::{Emitter, Operator, TaskError};

@@ -38,7 +38,19 @@ pub trait Operator: Send {
     fn on_tick(&mut self, _out: &mut Emitter) -> Result<(), TaskError> {
         Ok(())
     }
-    /// Every input ended: flush and finish (sinks commit here).
+    /// Barrier `epoch` arrived on every input: snapshot (sinks prepare).
+    fn on_barrier(&mut self, _epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// The manifest of `epoch` is durable: make it visible (sinks commit).
+    fn on_commit(&mut self, _epoch: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Whether a prepared epoch still waits for its commit.
+    fn awaiting_commit(&self) -> bool {
+        false
+    }
+    /// Every input ended.
     fn on_end_of_stream(&mut self, _out: &mut Emitter) -> Result<(), TaskError> {
         Ok(())
     }
@@ -116,13 +128,30 @@ impl Emitter {
         Ok(())
     }
 
-    /// Tell every downstream task this task is done.
-    pub fn end_of_stream(&mut self) {
+    /// Send a message to every task of every downstream stage (and the
+    /// dead-letter output): barriers and end of stream go everywhere.
+    fn broadcast(&mut self, message: Message) -> Result<(), TaskError> {
         for d in &self.downstream {
             for s in &d.senders {
-                let _ = s.send(Message::EndOfStream);
+                s.send(message.clone())
+                    .map_err(|_| TaskError::DownstreamClosed)?;
             }
         }
+        if let Some(dlq) = &self.dead_letter {
+            dlq.send(message).map_err(|_| TaskError::DownstreamClosed)?;
+        }
+        Ok(())
+    }
+
+    /// Forward barrier `epoch` behind the rows already sent.
+    pub fn barrier(&mut self, epoch: u64) -> Result<(), TaskError> {
+        self.broadcast(Message::Barrier(epoch))
+    }
+
+    /// Tell every downstream task this task is done.
+    pub fn end_of_stream(&mut self) {
+        let _ = self.broadcast(Message::EndOfStream);
+        self.downstream.clear();
         self.dead_letter = None;
     }
 }

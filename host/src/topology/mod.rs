@@ -93,8 +93,10 @@ pub struct Settings {
     pub batch_size: u32,
     /// Batches an edge holds before the sender waits (backpressure).
     pub channel_capacity: usize,
-    /// How often sinks commit (prepare + commit) what they were given.
-    pub commit_interval: Duration,
+    /// Time between two epochs (checkpoints).
+    pub checkpoint_interval: Duration,
+    /// Manifests kept in the state directory.
+    pub checkpoint_retain: usize,
 }
 
 impl Default for Settings {
@@ -102,7 +104,8 @@ impl Default for Settings {
         Settings {
             batch_size: 8192,
             channel_capacity: 8,
-            commit_interval: Duration::from_secs(5),
+            checkpoint_interval: Duration::from_secs(5),
+            checkpoint_retain: 3,
         }
     }
 }
@@ -174,7 +177,8 @@ mod tests {
             r#"
 name = "demo"
 batch_size = 100
-commit_interval = "2s"
+[checkpoint]
+interval = "2s"
 [sources.s]
 plugin = "generator"
 config = { kind = "sequence", events = 3 }
@@ -192,7 +196,7 @@ plugin = "blackhole-sink"
         .expect("valid");
         assert_eq!(t.name, "demo");
         assert_eq!(t.settings.batch_size, 100);
-        assert_eq!(t.settings.commit_interval, Duration::from_secs(2));
+        assert_eq!(t.settings.checkpoint_interval, Duration::from_secs(2));
         let order: Vec<&str> = t.stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(order, vec!["a", "b"]);
         assert_eq!(t.sinks[0].inputs, vec!["b", "a"]);

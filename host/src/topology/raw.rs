@@ -22,13 +22,23 @@ struct RawTopology {
     dead_letter: Option<String>,
     batch_size: Option<u32>,
     channel_capacity: Option<usize>,
-    commit_interval: Option<String>,
+    checkpoint: Option<RawCheckpoint>,
     #[serde(default)]
     sources: BTreeMap<String, RawNode>,
     #[serde(default)]
     stages: BTreeMap<String, RawNode>,
     #[serde(default)]
     sinks: BTreeMap<String, RawNode>,
+}
+
+/// The `[checkpoint]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheckpoint {
+    /// Time between epochs (`"5s"`).
+    interval: Option<String>,
+    /// Manifests kept.
+    retain: Option<usize>,
 }
 
 /// One `[sources.x]`, `[stages.x]` or `[sinks.x]` table. One struct for all
@@ -176,10 +186,17 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
             settings.channel_capacity = c;
         }
     }
-    if let Some(ci) = &raw.commit_interval {
-        match parse_duration(ci) {
-            Ok(d) => settings.commit_interval = d,
-            Err(m) => errors.push(map.at_key("commit_interval", m)),
+    if let Some(checkpoint) = &raw.checkpoint {
+        if let Some(interval) = &checkpoint.interval {
+            match parse_duration(interval) {
+                Ok(d) => settings.checkpoint_interval = d,
+                Err(m) => errors.push(map.at_key("checkpoint.interval", m)),
+            }
+        }
+        match checkpoint.retain {
+            Some(0) => errors.push(map.at_key("checkpoint.retain", "keep at least 1 manifest")),
+            Some(n) => settings.checkpoint_retain = n,
+            None => {}
         }
     }
     let ctx = Ctx {

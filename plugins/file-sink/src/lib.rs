@@ -1,5 +1,5 @@
-//! `file-sink`: JSON-lines or CSV files, one per epoch and task, made
-//! visible atomically by a rename on commit.
+//! `file-sink`: JSON-lines, CSV or Parquet files, one per epoch and task,
+//! made visible atomically by a rename on commit.
 //!
 //! Lifecycle of a file, for stage `s`, task `t` and epoch `N`:
 //! rows are written to `.{prefix}-{s}-{t}.inprogress`; `prepare(N)` flushes
@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::{ConfigError, Sink, TaskContext, log};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
 
 /// The sink's `config` table.
 #[derive(serde::Deserialize)]
@@ -22,7 +25,7 @@ use fv_plugin_sdk::{ConfigError, Sink, TaskContext, log};
 pub struct Config {
     /// Output directory (must be granted with `allow_write`).
     pub path: String,
-    /// `jsonl` (default) or `csv`.
+    /// `jsonl` (default), `csv` or `parquet` (Snappy-compressed).
     #[serde(default = "jsonl")]
     pub format: String,
     /// File name prefix (default `part`).
@@ -41,6 +44,29 @@ fn part() -> String {
 enum Format {
     JsonLines,
     Csv,
+    Parquet,
+}
+
+/// The open file of the current epoch.
+enum EpochFile {
+    /// JSON lines or CSV.
+    Text(BufWriter<File>),
+    /// Parquet: the footer is written when the epoch is prepared.
+    Parquet(Box<ArrowWriter<File>>),
+}
+
+impl EpochFile {
+    /// Finish the file (flush, Parquet footer) and hand back the handle.
+    fn finish(self) -> Result<File, String> {
+        match self {
+            EpochFile::Text(w) => w
+                .into_inner()
+                .map_err(|e| format!("flushing: {}", e.error())),
+            EpochFile::Parquet(w) => w
+                .into_inner()
+                .map_err(|e| format!("finishing the Parquet file: {e}")),
+        }
+    }
 }
 
 /// One file-sink task.
@@ -49,7 +75,7 @@ pub struct FileSink {
     format: Format,
     /// `{prefix}-{stage}-{task}`.
     stem: String,
-    writer: Option<BufWriter<File>>,
+    writer: Option<EpochFile>,
     wrote_header: bool,
     rows_in_epoch: u64,
 }
@@ -62,10 +88,10 @@ impl FileSink {
         self.dir.join(format!(".{}-{epoch:010}.pending", self.stem))
     }
     fn final_name(&self, epoch: u64) -> PathBuf {
-        let ext = if self.format == Format::Csv {
-            "csv"
-        } else {
-            "jsonl"
+        let ext = match self.format {
+            Format::Csv => "csv",
+            Format::JsonLines => "jsonl",
+            Format::Parquet => "parquet",
         };
         self.dir.join(format!("{}-{epoch:010}.{ext}", self.stem))
     }
@@ -78,10 +104,11 @@ impl Sink for FileSink {
         let format = match config.format.as_str() {
             "jsonl" | "json" | "ndjson" => Format::JsonLines,
             "csv" => Format::Csv,
+            "parquet" => Format::Parquet,
             other => {
                 return Err(ConfigError::at(
                     "format",
-                    format!("unknown format `{other}`; expected `jsonl` or `csv`"),
+                    format!("unknown format `{other}`; expected `jsonl`, `csv` or `parquet`"),
                 ));
             }
         };
@@ -122,13 +149,30 @@ impl Sink for FileSink {
             let path = self.in_progress();
             let file = File::create(&path)
                 .map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
-            self.writer = Some(BufWriter::with_capacity(1 << 20, file));
+            self.writer = Some(if self.format == Format::Parquet {
+                let props = WriterProperties::builder()
+                    .set_compression(Compression::SNAPPY)
+                    .build();
+                let writer = ArrowWriter::try_new(file, batch.schema(), Some(props))
+                    .map_err(|e| format!("cannot start a Parquet file: {e}"))?;
+                EpochFile::Parquet(Box::new(writer))
+            } else {
+                EpochFile::Text(BufWriter::with_capacity(1 << 20, file))
+            });
             self.wrote_header = false;
         }
-        let Some(out) = self.writer.as_mut() else {
-            return Err("no open file".into());
+        let out = match self.writer.as_mut() {
+            Some(EpochFile::Parquet(w)) => {
+                w.write(&batch)
+                    .map_err(|e| format!("writing Parquet: {e}"))?;
+                self.rows_in_epoch += batch.num_rows() as u64;
+                return Ok(());
+            }
+            Some(EpochFile::Text(out)) => out,
+            None => return Err("no open file".into()),
         };
         match self.format {
+            Format::Parquet => return Err("a Parquet sink holds a text file".into()),
             Format::JsonLines => {
                 let mut w = arrow_json::LineDelimitedWriter::new(out);
                 w.write(&batch).map_err(|e| e.to_string())?;
@@ -150,9 +194,7 @@ impl Sink for FileSink {
         let Some(writer) = self.writer.take() else {
             return Ok(Vec::new()); // nothing written in this epoch: no file
         };
-        let file = writer
-            .into_inner()
-            .map_err(|e| format!("flushing: {}", e.error()))?;
+        let file = writer.finish()?;
         file.sync_all().map_err(|e| format!("syncing: {e}"))?;
         let pending = self.pending(epoch);
         fs::rename(self.in_progress(), &pending)

@@ -1,13 +1,15 @@
-//! `file-source`: CSV and JSON-lines files from a path or a glob.
+//! `file-source`: CSV, JSON-lines and Parquet files from a path or a glob.
 //!
 //! Each file is a split; its position is the byte offset of the next row
-//! (plus its line number, for messages), so a restart resumes mid-file.
+//! (plus its line number, for messages) — for Parquet, the number of rows
+//! already read — so a restart resumes mid-file.
 //! Rows are cut at line ends (a quoted CSV field may not span lines), which
 //! is what lets every error name the file and line of the bad row.
 //!
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
 
+mod parquet_file;
 mod schema;
 
 use std::fs::File;
@@ -24,7 +26,7 @@ use fv_plugin_sdk::{ConfigError, Poll, Source, SplitPosition, TaskContext, log};
 pub struct Config {
     /// A file path or a glob (`data/*.csv`).
     pub path: String,
-    /// `csv` or `jsonl`; default from the file extension.
+    /// `csv`, `jsonl` or `parquet`; default from the file extension.
     pub format: Option<String>,
     /// The schema as `"name:type"` strings (`"price:int64"`); inferred from
     /// the first file when absent. Types: int32, int64, float64, utf8,
@@ -62,6 +64,7 @@ fn thousand() -> usize {
 enum Format {
     Csv,
     JsonLines,
+    Parquet,
 }
 
 /// Where reading of one file stands.
@@ -72,6 +75,8 @@ struct SplitState {
     /// 1-based line number of the next row.
     line: u64,
     done: bool,
+    /// Parquet only: the open reader (positioned at `offset` rows).
+    parquet: Option<parquet_file::ParquetCursor>,
 }
 
 /// One file-source task.
@@ -95,10 +100,11 @@ impl Source for FileSource {
         let format = match config.format.as_deref() {
             Some("csv") => Format::Csv,
             Some("jsonl") | Some("json") | Some("ndjson") => Format::JsonLines,
+            Some("parquet") => Format::Parquet,
             Some(other) => {
                 return Err(ConfigError::at(
                     "format",
-                    format!("unknown format `{other}`; expected `csv` or `jsonl`"),
+                    format!("unknown format `{other}`; expected `csv`, `jsonl` or `parquet`"),
                 ));
             }
             None => {
@@ -110,11 +116,13 @@ impl Source for FileSource {
                     || first.ends_with(".ndjson")
                 {
                     Format::JsonLines
+                } else if first.ends_with(".parquet") {
+                    Format::Parquet
                 } else {
                     return Err(ConfigError::at(
                         "format",
                         format!(
-                            "cannot tell the format of `{first}`; set format = \"csv\" or \"jsonl\""
+                            "cannot tell the format of `{first}`; set format = \"csv\", \"jsonl\" or \"parquet\""
                         ),
                     ));
                 }
@@ -138,6 +146,13 @@ impl Source for FileSource {
         }
         let delimiter = config.delimiter as u8;
         let schema = match &config.columns {
+            Some(_) if format == Format::Parquet => {
+                return Err(ConfigError::at(
+                    "columns",
+                    "Parquet files carry their schema; remove `columns`",
+                ));
+            }
+            None if format == Format::Parquet => parquet_file::schema(&files[0])?,
             Some(columns) => schema::parse_columns(columns)?,
             None => schema::infer(
                 &files[0],
@@ -154,6 +169,17 @@ impl Source for FileSource {
             }
             let (offset, line) = if format == Format::Csv && config.header {
                 schema::check_header(&path, &schema, delimiter)?
+            } else if format == Format::Parquet {
+                let file_schema = parquet_file::schema(&path)?;
+                if file_schema.fields() != schema.fields() {
+                    return Err(ConfigError::at(
+                        "path",
+                        format!(
+                            "`{path}` has schema {file_schema}, unlike the first file's {schema}"
+                        ),
+                    ));
+                }
+                (0, 0)
             } else {
                 (0, 1)
             };
@@ -162,6 +188,7 @@ impl Source for FileSource {
                 offset,
                 line,
                 done: false,
+                parquet: None,
             });
         }
         Ok(FileSource {
@@ -201,6 +228,7 @@ impl Source for FileSource {
                 .map_err(|_| format!("bad position for `{}`", p.split))?;
             split.offset = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
             split.line = u64::from_le_bytes(bytes[8..].try_into().unwrap_or_default());
+            split.parquet = None; // reopened at the restored row
         }
         Ok(())
     }
@@ -212,6 +240,13 @@ impl Source for FileSource {
         let Some(split) = self.splits.get_mut(self.current) else {
             return Ok(Poll::Finished);
         };
+        if self.format == Format::Parquet {
+            return match poll_parquet(split, max_rows)? {
+                // That file is drained: go on with the next one.
+                None => self.poll(max_rows),
+                Some(poll) => Ok(poll),
+            };
+        }
         let chunk = read_lines(split, max_rows.max(1))?;
         let batch = decode(
             self.format,
@@ -224,15 +259,49 @@ impl Source for FileSource {
         split.offset = chunk.end_offset;
         split.line = chunk.end_line;
         split.done = chunk.eof;
-        let mut position = split.offset.to_le_bytes().to_vec();
-        position.extend_from_slice(&split.line.to_le_bytes());
         Ok(Poll::Batch {
+            positions: position_of(split),
             batch,
-            positions: vec![SplitPosition {
-                split: split.path.clone(),
-                position,
-            }],
         })
+    }
+}
+
+/// Position bytes: offset (bytes, or rows for Parquet) and line number.
+fn position_of(split: &SplitState) -> Vec<SplitPosition> {
+    let mut position = split.offset.to_le_bytes().to_vec();
+    position.extend_from_slice(&split.line.to_le_bytes());
+    vec![SplitPosition {
+        split: split.path.clone(),
+        position,
+    }]
+}
+
+/// Read up to `max_rows` rows of a Parquet split.
+fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>, String> {
+    if split.parquet.is_none() {
+        split.parquet = Some(parquet_file::ParquetCursor::open(
+            &split.path,
+            split.offset,
+            max_rows,
+        )?);
+    }
+    let next = match split.parquet.as_mut() {
+        Some(cursor) => cursor.next_batch(&split.path)?,
+        None => None,
+    };
+    match next {
+        Some(batch) => {
+            split.offset += batch.num_rows() as u64;
+            Ok(Some(Poll::Batch {
+                positions: position_of(split),
+                batch,
+            }))
+        }
+        None => {
+            split.done = true;
+            split.parquet = None;
+            Ok(None)
+        }
     }
 }
 
@@ -393,6 +462,11 @@ fn decode_rows(
                 .build_decoder();
             feed_all(&feed, |bytes| decoder.decode(bytes))?;
             decoder.flush()?
+        }
+        Format::Parquet => {
+            return Err(ArrowError::InvalidArgumentError(
+                "Parquet rows are not read line by line".into(),
+            ));
         }
         Format::JsonLines => {
             let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))

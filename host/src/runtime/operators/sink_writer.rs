@@ -1,14 +1,17 @@
-//! [`SinkWriter`]: feeds a sink plugin and drives its two-phase commit.
+//! [`SinkWriter`]: feeds a sink plugin and runs its side of the epoch's
+//! two-phase commit.
 //!
-//! Until the epoch protocol lands, an epoch is a span of
-//! `commit_interval`: the writer calls `prepare(N)` then `commit(N)` when
-//! the interval has passed and at the end of the stream, and `abort(N)`
-//! when the run fails, so a failed run never makes its last epoch visible.
+//! At barrier N it calls `prepare(N)` and reports the handle to the
+//! coordinator; only when the coordinator says the manifest of N is durable
+//! does it call `commit(N, handle)`. If the run fails, every prepared but
+//! uncommitted epoch — and the open one — is aborted.
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
 use arrow::array::RecordBatch;
+use crossbeam_channel::Sender;
 
+use crate::epoch::Ack;
 use crate::plugin::SinkInstance;
 use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
@@ -16,62 +19,82 @@ use crate::runtime::operator::{Emitter, Operator, TaskError};
 /// Writes to one sink instance.
 pub struct SinkWriter {
     instance: SinkInstance,
-    epoch: u64,
-    interval: Duration,
-    epoch_started: Instant,
-    dirty: bool,
+    name: String,
+    task: u32,
+    acks: Sender<Ack>,
+    /// Prepared epochs waiting for their commit, with their handles.
+    prepared: BTreeMap<u64, Vec<u8>>,
+    /// The epoch rows are being written for (last barrier + 1).
+    open_epoch: u64,
 }
 
 impl SinkWriter {
-    /// A writer committing every `interval`.
-    pub fn new(instance: SinkInstance, interval: Duration) -> Self {
+    /// A writer for task `task` of sink `name`, whose first epoch is `first_epoch`.
+    pub fn new(
+        instance: SinkInstance,
+        name: &str,
+        task: u32,
+        first_epoch: u64,
+        acks: Sender<Ack>,
+    ) -> Self {
         SinkWriter {
             instance,
-            epoch: 1,
-            interval,
-            epoch_started: Instant::now(),
-            dirty: false,
+            name: name.to_string(),
+            task,
+            acks,
+            prepared: BTreeMap::new(),
+            open_epoch: first_epoch,
         }
-    }
-
-    fn commit(&mut self, out: &mut Emitter) -> Result<(), TaskError> {
-        if self.dirty {
-            let handle = self.instance.prepare(self.epoch)?;
-            self.instance.commit(self.epoch, &handle)?;
-            StageMetrics::add(&out.metrics.commits, 1);
-            self.epoch += 1;
-            self.dirty = false;
-        }
-        self.epoch_started = Instant::now();
-        Ok(())
     }
 }
 
 impl Operator for SinkWriter {
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError> {
         self.instance.write(&batch)?;
-        self.dirty = true;
         StageMetrics::add(&out.metrics.rows_out, batch.num_rows() as u64);
-        if self.epoch_started.elapsed() >= self.interval {
-            self.commit(out)?;
+        Ok(())
+    }
+
+    fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
+        let handle = self.instance.prepare(epoch)?;
+        self.prepared.insert(epoch, handle.clone());
+        self.open_epoch = epoch + 1;
+        // The coordinator may be gone if the run failed; abort handles that.
+        let _ = self.acks.send(Ack::Sink {
+            name: self.name.clone(),
+            task: self.task,
+            epoch,
+            handle,
+        });
+        Ok(())
+    }
+
+    fn on_commit(&mut self, epoch: u64) -> Result<(), TaskError> {
+        let ready: Vec<u64> = self.prepared.range(..=epoch).map(|(e, _)| *e).collect();
+        for e in ready {
+            if let Some(handle) = self.prepared.remove(&e) {
+                self.instance.commit(e, &handle)?;
+            }
         }
         Ok(())
     }
 
-    fn on_tick(&mut self, out: &mut Emitter) -> Result<(), TaskError> {
-        if self.epoch_started.elapsed() >= self.interval {
-            self.commit(out)?;
-        }
-        Ok(())
-    }
-
-    fn on_end_of_stream(&mut self, out: &mut Emitter) -> Result<(), TaskError> {
-        self.commit(out)
+    fn awaiting_commit(&self) -> bool {
+        !self.prepared.is_empty()
     }
 
     fn on_abort(&mut self) {
-        if let Err(e) = self.instance.abort(self.epoch) {
-            tracing::warn!("aborting epoch {}: {e}", self.epoch);
+        let epochs: Vec<u64> = self
+            .prepared
+            .keys()
+            .copied()
+            .chain([self.open_epoch])
+            .collect();
+        for epoch in epochs {
+            if let Err(e) = self.instance.abort(epoch) {
+                tracing::warn!(sink = %self.name, "aborting epoch {epoch}: {e}");
+            }
         }
+        self.prepared.clear();
     }
 }

@@ -1,0 +1,255 @@
+//! The [`Coordinator`]: starts epochs, collects acknowledgements, writes
+//! manifests, and only then tells sinks to commit.
+//!
+//! It runs on its own thread and never blocks a task: commands go out on
+//! unbounded channels that carry a handful of messages per epoch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::manifest::{EpochStore, Manifest, SplitPositionRecord};
+use crate::runtime::RunControl;
+
+/// What the coordinator asks of a source task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceCommand {
+    /// Report positions and inject a barrier for `epoch` between two polls;
+    /// after the `last` one the source ends its stream.
+    Barrier {
+        /// The epoch the barrier starts.
+        epoch: u64,
+        /// Whether this is the final epoch of the run.
+        last: bool,
+    },
+}
+
+/// What the coordinator tells a sink task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkCommand {
+    /// The manifest of `epoch` is durable: commit it (and anything older).
+    Commit(u64),
+}
+
+/// A task's report to the coordinator.
+#[derive(Debug, Clone)]
+pub enum Ack {
+    /// A source task reached barrier `epoch` with these split positions.
+    Source {
+        /// Source name.
+        name: String,
+        /// Epoch.
+        epoch: u64,
+        /// (split, position) after the epoch.
+        positions: Vec<(String, Vec<u8>)>,
+    },
+    /// A sink task prepared `epoch`.
+    Sink {
+        /// Sink name.
+        name: String,
+        /// Task index.
+        task: u32,
+        /// Epoch.
+        epoch: u64,
+        /// The handle from `prepare`.
+        handle: Vec<u8>,
+    },
+    /// A bounded source task drained its splits.
+    SourceFinished,
+}
+
+/// Static facts the coordinator needs.
+pub struct CoordinatorConfig {
+    /// Topology name.
+    pub topology: String,
+    /// SHA-256 of the topology file.
+    pub topology_digest: String,
+    /// Plugin reference → digest.
+    pub plugins: BTreeMap<String, String>,
+    /// Time between epochs.
+    pub interval: Duration,
+    /// Manifests kept.
+    pub retain: usize,
+    /// The first epoch of this run (the restored one + 1).
+    pub first_epoch: u64,
+    /// Number of source tasks.
+    pub source_tasks: usize,
+    /// Number of sink tasks that take part in epochs.
+    pub sink_tasks: usize,
+    /// Positions restored at start (kept for sources that report none).
+    pub restored_positions: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    source_acks: usize,
+    sink_acks: usize,
+    positions: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+}
+
+/// Drives epochs for one run.
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    store: EpochStore,
+    sources: Vec<Sender<SourceCommand>>,
+    sinks: Vec<Sender<SinkCommand>>,
+    acks: Receiver<Ack>,
+    control: Arc<RunControl>,
+}
+
+impl Coordinator {
+    /// A coordinator over the command channels of every source and sink task.
+    pub fn new(
+        config: CoordinatorConfig,
+        store: EpochStore,
+        sources: Vec<Sender<SourceCommand>>,
+        sinks: Vec<Sender<SinkCommand>>,
+        acks: Receiver<Ack>,
+        control: Arc<RunControl>,
+    ) -> Self {
+        Coordinator {
+            config,
+            store,
+            sources,
+            sinks,
+            acks,
+            control,
+        }
+    }
+
+    /// Run until the final epoch commits or the run fails. Returns the last
+    /// committed epoch.
+    pub fn run(self) -> Option<u64> {
+        let mut next = self.config.first_epoch;
+        let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
+        let mut last_epoch: Option<u64> = None;
+        let mut committed = None;
+        let mut finished_sources = 0;
+        let mut last_start = Instant::now();
+        // Sources' positions carry over between epochs: a source that did
+        // not move reports the same positions again.
+        let mut positions: BTreeMap<String, BTreeMap<String, Vec<u8>>> = self
+            .config
+            .restored_positions
+            .iter()
+            .map(|(s, p)| (s.clone(), p.iter().cloned().collect()))
+            .collect();
+        loop {
+            if self.control.has_failed() {
+                return committed;
+            }
+            if last_epoch.is_none() {
+                let all_drained =
+                    self.config.source_tasks > 0 && finished_sources >= self.config.source_tasks;
+                let last = all_drained || self.control.stop_requested();
+                if last || last_start.elapsed() >= self.config.interval {
+                    for tx in &self.sources {
+                        let _ = tx.send(SourceCommand::Barrier { epoch: next, last });
+                    }
+                    pending.insert(next, Pending::default());
+                    if last {
+                        last_epoch = Some(next);
+                    }
+                    next += 1;
+                    last_start = Instant::now();
+                }
+            }
+            match self.acks.recv_timeout(Duration::from_millis(20)) {
+                Ok(Ack::SourceFinished) => finished_sources += 1,
+                Ok(Ack::Source {
+                    name,
+                    epoch,
+                    positions: p,
+                }) => {
+                    if let Some(e) = pending.get_mut(&epoch) {
+                        e.source_acks += 1;
+                        e.positions.entry(name).or_default().extend(p);
+                    }
+                }
+                Ok(Ack::Sink {
+                    name,
+                    task,
+                    epoch,
+                    handle,
+                }) => {
+                    if let Some(e) = pending.get_mut(&epoch) {
+                        e.sink_acks += 1;
+                        e.handles.entry(name).or_default().insert(task, handle);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // Every task is gone: nothing more will be acknowledged.
+                Err(RecvTimeoutError::Disconnected) => return committed,
+            }
+            // Complete epochs strictly in order.
+            while let Some((&epoch, e)) = pending.iter().next() {
+                if e.source_acks < self.config.source_tasks || e.sink_acks < self.config.sink_tasks
+                {
+                    break;
+                }
+                let Some(e) = pending.remove(&epoch) else {
+                    break;
+                };
+                for (source, p) in e.positions {
+                    positions.entry(source).or_default().extend(p);
+                }
+                if let Err(err) = self.commit(epoch, &positions, e.handles) {
+                    self.control
+                        .fail(format!("checkpoint {epoch} failed: {err}"));
+                    return committed;
+                }
+                committed = Some(epoch);
+                if last_epoch == Some(epoch) {
+                    return committed;
+                }
+            }
+        }
+    }
+
+    fn commit(
+        &self,
+        epoch: u64,
+        positions: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+        handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+    ) -> Result<(), super::EpochError> {
+        let manifest = Manifest {
+            format: 1,
+            topology: self.config.topology.clone(),
+            epoch,
+            topology_digest: self.config.topology_digest.clone(),
+            plugins: self.config.plugins.clone(),
+            sources: positions
+                .iter()
+                .map(|(s, p)| {
+                    let records = p
+                        .iter()
+                        .map(|(split, pos)| SplitPositionRecord {
+                            split: split.clone(),
+                            position: hex::encode(pos),
+                        })
+                        .collect();
+                    (s.clone(), records)
+                })
+                .collect(),
+            sinks: handles
+                .into_iter()
+                .map(|(s, h)| (s, h.into_iter().map(|(t, b)| (t, hex::encode(b))).collect()))
+                .collect(),
+        };
+        let started = Instant::now();
+        self.store.write(&manifest)?;
+        tracing::debug!(
+            epoch,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "manifest written"
+        );
+        // Only now may sinks make the epoch visible.
+        for tx in &self.sinks {
+            let _ = tx.send(SinkCommand::Commit(epoch));
+        }
+        self.store.retain(self.config.retain)
+    }
+}
