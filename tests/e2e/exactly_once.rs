@@ -2,9 +2,7 @@
 //! resumes from its newest manifest, and the committed output holds every
 //! row exactly once.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{Scratch, assert_exit, int_column};
 
@@ -36,60 +34,66 @@ fn manifests(s: &Scratch) -> Vec<String> {
         .collect()
 }
 
+/// A small seeded PRNG (SplitMix64), so a failing kill schedule can be replayed.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The crash harness: SIGKILL the run at seeded random moments, restart
+/// it, 20 times; then let it finish. The committed output must be every
+/// row exactly once — the output of one uninterrupted run.
 #[cfg(unix)]
 #[test]
-fn a_run_killed_with_sigkill_resumes_and_commits_every_row_exactly_once() {
+fn runs_killed_with_sigkill_at_random_moments_commit_every_row_exactly_once() {
+    let seed: u64 = std::env::var("FV_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+        });
+    println!("crash harness seed: {seed} (replay with FV_CRASH_SEED={seed})");
+    let mut state = seed;
     let s = Scratch::new();
-    s.write("t.toml", TOPOLOGY);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
-        .args(["run", "t.toml", "--no-progress"])
-        .current_dir(s.path())
-        .env(
-            "FVHOST_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    // Let a few epochs commit, then pull the plug mid-stream.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while manifests(&s).len() < 2
-        || s.files("out")
-            .iter()
-            .filter(|f| !f.starts_with('.'))
-            .count()
-            < 2
-    {
-        assert!(Instant::now() < deadline, "no epoch committed within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
+    // Slow enough (12 s of input) that all 20 kills land mid-stream.
+    s.write("t.toml", &TOPOLOGY.replace("rate = 10000", "rate = 2500"));
+    let mut kills = 0;
+    while kills < 20 {
+        let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+        // Anywhere from before the first checkpoint to several epochs in.
+        std::thread::sleep(Duration::from_millis(50 + next_random(&mut state) % 700));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended before kill {} (seed {seed})",
+            kills + 1
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        kills += 1;
+        let committed = int_column(&s.output_lines("out"), "seq");
+        assert_eq!(
+            committed,
+            (0..committed.len() as i64).collect::<Vec<_>>(),
+            "after kill {kills} (seed {seed}): committed output is a gap-free prefix without duplicates"
+        );
     }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
-    let before = int_column(&s.output_lines("out"), "seq");
+    let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&last, 0);
     assert!(
-        !before.is_empty() && before.len() < 30000,
-        "killed mid-stream: {} rows committed",
-        before.len()
+        manifests(&s).len() <= 3,
+        "old manifests are collected: {:?}",
+        manifests(&s)
     );
     assert_eq!(
-        before,
-        (0..before.len() as i64).collect::<Vec<_>>(),
-        "committed output is a gap-free prefix"
-    );
-
-    let resumed = s.fvhost(&["run", "t.toml", "--no-progress"]);
-    assert_exit(&resumed, 0);
-    assert!(
-        resumed.stderr.contains("resumed after epoch"),
-        "{}",
-        resumed.stderr
-    );
-    let after = int_column(&s.output_lines("out"), "seq");
-    assert_eq!(
-        after,
+        int_column(&s.output_lines("out"), "seq"),
         (0..30000).collect::<Vec<i64>>(),
-        "every row exactly once"
+        "every row exactly once after {kills} kills (seed {seed})"
     );
     assert!(
         s.files("out").iter().all(|f| !f.ends_with(".pending")),

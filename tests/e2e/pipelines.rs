@@ -141,23 +141,13 @@ config = { path = "evens" }
 #[cfg(unix)]
 #[test]
 fn sigterm_stops_an_unbounded_run_gracefully_and_sinks_commit() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let s = Scratch::new();
     s.write(
         "t.toml",
         "[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", rate = 2000 }\n[sinks.out]\ninput = \"n\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = { path = \"out\" }\n",
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
-        .args(["run", "t.toml", "--no-progress"])
-        .current_dir(s.path())
-        .env(
-            "FVHOST_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
     // Wait until rows flow (the sink opened its in-progress file).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !s.path().join("out/.part-out-0.inprogress").exists() {

@@ -81,6 +81,19 @@ impl Scratch {
         Run::from(cmd.output().expect("run fvhost"))
     }
 
+    /// Start `fvhost <args>` in the background (stdout and stderr discarded).
+    pub fn spawn_fvhost(&self, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_fvhost"))
+            .args(args)
+            .current_dir(self.path())
+            .env("FVHOST_CACHE_DIR", cache_dir())
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn fvhost")
+    }
+
     /// Every line of every file in `rel` (sorted), skipping hidden files.
     pub fn output_lines(&self, rel: &str) -> Vec<String> {
         let mut lines = Vec::new();
