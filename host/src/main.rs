@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SUPPORTED_CONTRACT};
+use fvhost::runtime::status::{self, Heartbeat, RunState};
 use fvhost::runtime::{self, Checkpointing, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
 use sha2::{Digest, Sha256};
@@ -69,6 +71,12 @@ enum Command {
     Validate {
         /// The topology file.
         topology: PathBuf,
+    },
+    /// Print the status record of a run (running or ended) from its state
+    /// directory: state, heartbeat, last committed epoch, rows per stage.
+    Status {
+        /// The run's state directory (default of `run`: ./.fvhost/<topology name>).
+        state_dir: PathBuf,
     },
     /// Inspect plugins.
     #[command(subcommand)]
@@ -165,9 +173,20 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             install_stop_handler(Arc::clone(&control))?;
             let metrics = metrics_for(&plan);
             let display = progress::Progress::start(&metrics, !no_progress);
+            let heartbeat = Heartbeat::start(
+                &state_dir,
+                &plan.topology.name,
+                &metrics,
+                Arc::clone(&control),
+                Duration::from_secs(2),
+            );
             tracing::info!(topology = %plan.topology.name, "running");
             let result = runtime::run(plan, control, &metrics, checkpointing);
             display.finish();
+            match &result {
+                Ok(_) => heartbeat.finish(RunState::Stopped, None),
+                Err(e) => heartbeat.finish(RunState::Failed, Some(e.to_string())),
+            }
             match result {
                 Ok(report) => {
                     eprintln!("{}", progress::summary(&report.stages, report.elapsed));
@@ -185,6 +204,20 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::from(EXIT_RUNTIME))
                 }
             }
+        }
+        Command::Status { state_dir } => {
+            let record = match status::read(&state_dir) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!(
+                        "error: no readable status record in {}: {e} (is it the state directory of a run?)",
+                        state_dir.display()
+                    );
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            println!("{}", serde_json::to_string_pretty(&record)?);
+            Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::List) => {
             let engine = engine(cli.cache_dir)?;

@@ -126,3 +126,40 @@ fn every_example_validates() {
         assert_exit(&run, 0);
     }
 }
+
+#[test]
+fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        "name = \"st\"\n[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", events = 1234 }\n[sinks.b]\ninput = \"n\"\nplugin = \"blackhole-sink\"\n",
+    );
+    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let run = s.fvhost(&["status", ".fvhost/st"]);
+    assert_exit(&run, 0);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    assert_eq!(record["state"], "STOPPED");
+    assert_eq!(record["topology"], "st");
+    assert!(
+        record["last_committed_epoch"]
+            .as_u64()
+            .is_some_and(|e| e >= 1),
+        "{record}"
+    );
+    let sink = record["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|st| st["name"] == "b")
+        .expect("sink b");
+    assert_eq!(sink["rows_out"], 1234);
+    let missing = s.fvhost(&["status", "nowhere"]);
+    assert_exit(&missing, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("no readable status record in nowhere"),
+        "{}",
+        missing.stderr
+    );
+}

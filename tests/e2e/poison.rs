@@ -125,6 +125,16 @@ fn a_step_that_loops_forever_is_stopped_by_its_cpu_guard() {
         run.stderr
     );
     assert!(s.output_lines("out").is_empty());
+    let status = s.fvhost(&["status", ".fvhost/t"]);
+    assert_exit(&status, 0);
+    let record: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    assert_eq!(record["state"], "FAILED");
+    assert!(
+        record["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("exceeded its CPU time")),
+        "{record}"
+    );
 }
 
 #[test]

@@ -241,11 +241,9 @@ impl Coordinator {
         };
         let started = Instant::now();
         self.store.write(&manifest)?;
-        tracing::debug!(
-            epoch,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "manifest written"
-        );
+        let micros = started.elapsed().as_micros() as u64;
+        self.control.committed(epoch, micros);
+        tracing::debug!(epoch, micros, "manifest written");
         // Only now may sinks make the epoch visible.
         for tx in &self.sinks {
             let _ = tx.send(SinkCommand::Commit(epoch));

@@ -2,7 +2,7 @@
 //! the first failure.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shared by all tasks of one run.
 #[derive(Debug, Default)]
@@ -10,6 +10,10 @@ pub struct RunControl {
     stop: AtomicBool,
     failed: AtomicBool,
     first_failure: Mutex<Option<String>>,
+    /// The last epoch whose manifest is durable (0: none yet).
+    committed_epoch: AtomicU64,
+    /// How long writing that manifest took, in microseconds.
+    checkpoint_micros: AtomicU64,
 }
 
 impl RunControl {
@@ -41,6 +45,18 @@ impl RunControl {
     /// The first failure.
     pub fn failure(&self) -> Option<String> {
         self.first_failure.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Record that `epoch` committed, its manifest having taken `micros` to write.
+    pub fn committed(&self, epoch: u64, micros: u64) {
+        self.committed_epoch.store(epoch, Ordering::SeqCst);
+        self.checkpoint_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// The last committed epoch, if any, and its checkpoint duration (µs).
+    pub fn last_commit(&self) -> Option<(u64, u64)> {
+        let epoch = self.committed_epoch.load(Ordering::SeqCst);
+        (epoch > 0).then(|| (epoch, self.checkpoint_micros.load(Ordering::SeqCst)))
     }
 
     /// Whether sources should stop producing.

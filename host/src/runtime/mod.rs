@@ -18,6 +18,7 @@ pub mod operator;
 pub mod operators;
 pub mod plan;
 pub mod progress;
+pub mod status;
 
 pub use control::RunControl;
 pub use executor::{Checkpointing, RunError, RunReport, run};
