@@ -198,6 +198,11 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
+                Err(e @ runtime::RunError::Restore { .. }) => {
+                    // Nothing ran: the checkpoint does not fit this topology.
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
                 Err(e) => {
                     eprintln!("{}", progress::summary(&metrics, std::time::Duration::ZERO));
                     eprintln!("error: the run failed: {e}");

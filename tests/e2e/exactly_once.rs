@@ -145,3 +145,55 @@ fn a_finished_run_resumes_with_nothing_left_to_do_and_from_scratch_starts_over()
         manifests(&s)
     );
 }
+
+#[test]
+fn a_restart_that_would_orphan_recorded_splits_is_refused_and_file_splits_re_map() {
+    let s = Scratch::new();
+    let topology = TOPOLOGY
+        .replace("events = 30000, rate = 10000", "events = 500")
+        .replace("\"200ms\"", "\"1h\"");
+    s.write("t.toml", &topology);
+    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    // The generator's split ids name the parallelism: two tasks cannot
+    // take over the one task's position.
+    s.write(
+        "t.toml",
+        &topology.replace("[sources.nums]\n", "[sources.nums]\nparallelism = 2\n"),
+    );
+    let refused = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&refused, 2);
+    assert!(
+        refused
+            .stderr
+            .contains("source `nums` recorded positions for split(s) generator-0-of-1")
+            && refused.stderr.contains("--from-scratch"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        int_column(&s.output_lines("out"), "seq").len(),
+        500,
+        "nothing was written"
+    );
+
+    // Files are splits by path: a new parallelism re-maps them.
+    let f = Scratch::new();
+    f.write("data/a.csv", "id\n1\n2\n");
+    f.write("data/b.csv", "id\n3\n4\n");
+    let csv = "name = \"files\"\n[sources.f]\nplugin = \"file-source\"\nallow_read = [\"data\"]\nPARALLELISM\nconfig = { path = \"data/*.csv\" }\n[sinks.out]\ninput = \"f\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = { path = \"out\" }\n";
+    f.write("t.toml", &csv.replace("PARALLELISM", "parallelism = 1"));
+    assert_exit(&f.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    f.write("t.toml", &csv.replace("PARALLELISM", "parallelism = 2"));
+    let resumed = f.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&resumed, 0);
+    assert!(
+        resumed.stderr.contains("resumed after epoch"),
+        "{}",
+        resumed.stderr
+    );
+    assert_eq!(
+        int_column(&f.output_lines("out"), "id"),
+        vec![1, 2, 3, 4],
+        "no file read twice"
+    );
+}

@@ -306,6 +306,7 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
     };
     for source in &mut plan.sources {
         let positions = manifest.positions(&source.name);
+        let mut all_owned = Vec::new();
         for task in &mut source.tasks {
             let owned = task.splits().map_err(|e| fail(e.to_string()))?;
             let mine: Vec<(String, Vec<u8>)> = positions
@@ -314,6 +315,21 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
                 .cloned()
                 .collect();
             task.restore(&mine).map_err(|e| fail(e.to_string()))?;
+            all_owned.extend(owned);
+        }
+        // A split with a recorded position that no task reads would start
+        // over and duplicate its rows: refuse rather than break exactly-once.
+        let orphans: Vec<&str> = positions
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .filter(|s| !all_owned.iter().any(|o| o == s))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(fail(format!(
+                "source `{}` recorded positions for split(s) {} that none of its tasks reads now (did its parallelism or config change?); restore the previous setting, or start over with --from-scratch",
+                source.name,
+                orphans.join(", ")
+            )));
         }
     }
     for sink in &mut plan.sinks {

@@ -1,5 +1,9 @@
 //! `stdout-sink`: prints every row as a JSON line on standard output, for
-//! quick looks at a stream. Not transactional: rows print on `write`.
+//! quick looks at a stream.
+//!
+//! At-least-once, not exactly-once: rows print on `write`, before their
+//! epoch commits, so rows of an epoch that a crash interrupts print again
+//! after the restart. Use `file-sink` where duplicates matter.
 
 use std::io::Write;
 
