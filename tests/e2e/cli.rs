@@ -146,6 +146,12 @@ fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
             .is_some_and(|e| e >= 1),
         "{record}"
     );
+    assert!(
+        record["last_checkpoint_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "{record}"
+    );
     let sink = record["stages"]
         .as_array()
         .expect("stages")

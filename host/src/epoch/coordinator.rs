@@ -240,9 +240,9 @@ impl Coordinator {
                 .collect(),
         };
         let started = Instant::now();
-        self.store.write(&manifest)?;
+        let bytes = self.store.write(&manifest)?;
         let micros = started.elapsed().as_micros() as u64;
-        self.control.committed(epoch, micros);
+        self.control.committed(epoch, micros, bytes);
         tracing::debug!(epoch, micros, "manifest written");
         // Only now may sinks make the epoch visible.
         for tx in &self.sinks {

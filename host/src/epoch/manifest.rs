@@ -145,7 +145,8 @@ impl EpochStore {
     }
 
     /// Write `manifest` atomically: the rename is the commit point.
-    pub fn write(&self, manifest: &Manifest) -> Result<(), EpochError> {
+    /// Returns the manifest's size in bytes.
+    pub fn write(&self, manifest: &Manifest) -> Result<u64, EpochError> {
         let bytes = serde_json::to_vec_pretty(manifest).map_err(|source| EpochError::Encode {
             epoch: manifest.epoch,
             source,
@@ -166,7 +167,7 @@ impl EpochStore {
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io(e, &self.dir))?;
-        Ok(())
+        Ok(bytes.len() as u64)
     }
 
     /// Keep the newest `keep` manifests.

@@ -14,6 +14,8 @@ pub struct RunControl {
     committed_epoch: AtomicU64,
     /// How long writing that manifest took, in microseconds.
     checkpoint_micros: AtomicU64,
+    /// That checkpoint's size in bytes (manifest; state objects to come).
+    checkpoint_bytes: AtomicU64,
 }
 
 impl RunControl {
@@ -47,16 +49,25 @@ impl RunControl {
         self.first_failure.lock().ok().and_then(|s| s.clone())
     }
 
-    /// Record that `epoch` committed, its manifest having taken `micros` to write.
-    pub fn committed(&self, epoch: u64, micros: u64) {
-        self.committed_epoch.store(epoch, Ordering::SeqCst);
+    /// Record that `epoch` committed; its checkpoint took `micros` to
+    /// write and holds `bytes`.
+    pub fn committed(&self, epoch: u64, micros: u64, bytes: u64) {
         self.checkpoint_micros.store(micros, Ordering::SeqCst);
+        self.checkpoint_bytes.store(bytes, Ordering::SeqCst);
+        self.committed_epoch.store(epoch, Ordering::SeqCst);
     }
 
-    /// The last committed epoch, if any, and its checkpoint duration (µs).
-    pub fn last_commit(&self) -> Option<(u64, u64)> {
+    /// The last committed epoch, if any, with its checkpoint duration (µs)
+    /// and size (bytes).
+    pub fn last_commit(&self) -> Option<(u64, u64, u64)> {
         let epoch = self.committed_epoch.load(Ordering::SeqCst);
-        (epoch > 0).then(|| (epoch, self.checkpoint_micros.load(Ordering::SeqCst)))
+        (epoch > 0).then(|| {
+            (
+                epoch,
+                self.checkpoint_micros.load(Ordering::SeqCst),
+                self.checkpoint_bytes.load(Ordering::SeqCst),
+            )
+        })
     }
 
     /// Whether sources should stop producing.

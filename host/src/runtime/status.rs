@@ -59,8 +59,10 @@ pub struct StatusRecord {
     pub finished_at_ms: Option<u64>,
     /// The last epoch whose manifest is durable.
     pub last_committed_epoch: Option<u64>,
-    /// How long writing that manifest took, in microseconds.
+    /// How long writing that checkpoint took, in microseconds.
     pub last_checkpoint_micros: Option<u64>,
+    /// That checkpoint's size in bytes.
+    pub last_checkpoint_bytes: Option<u64>,
     /// Per stage counters.
     pub stages: Vec<StageStatus>,
     /// The error, when FAILED.
@@ -186,6 +188,7 @@ fn record(
         finished_at_ms: None,
         last_committed_epoch: commit.map(|c| c.0),
         last_checkpoint_micros: commit.map(|c| c.1),
+        last_checkpoint_bytes: commit.map(|c| c.2),
         stages: metrics
             .iter()
             .map(|m| StageStatus {
