@@ -20,7 +20,7 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
 use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SandboxPolicy, StepInstance, TaskIdentity};
-use fvhost::runtime::{self, Checkpointing, RunControl, StageMetrics};
+use fvhost::runtime::{self, RunControl, StageMetrics};
 use fvhost::topology::Topology;
 
 fn bids(rows: usize) -> RecordBatch {
@@ -206,15 +206,12 @@ fn pipeline_with(
         .collect();
     let started = Instant::now();
     let state = tempfile::tempdir().expect("state dir");
-    let checkpointing = Checkpointing {
-        store: EpochStore::open(state.path()).expect("epoch store"),
-        topology_digest: String::new(),
-    };
+    let store = EpochStore::open(state.path()).expect("epoch store");
     runtime::run(
         plan,
         Arc::new(RunControl::default()),
         &metrics,
-        checkpointing,
+        store,
     )
     .expect("run");
     let elapsed = started.elapsed().as_secs_f64();

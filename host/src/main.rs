@@ -14,9 +14,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SUPPORTED_CONTRACT};
 use fvhost::runtime::status::{self, Heartbeat, RunState};
-use fvhost::runtime::{self, Checkpointing, RunControl, StageMetrics, progress};
+use fvhost::runtime::{self, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
-use sha2::{Digest, Sha256};
 
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
@@ -163,12 +162,6 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             if from_scratch {
                 store.clear()?;
             }
-            let text = std::fs::read(&topology)
-                .with_context(|| format!("reading {}", topology.display()))?;
-            let checkpointing = Checkpointing {
-                store,
-                topology_digest: hex::encode(Sha256::digest(&text)),
-            };
             let control = Arc::new(RunControl::default());
             install_stop_handler(Arc::clone(&control))?;
             let metrics = metrics_for(&plan);
@@ -181,7 +174,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Duration::from_secs(2),
             );
             tracing::info!(topology = %plan.topology.name, "running");
-            let result = runtime::run(plan, control, &metrics, checkpointing);
+            let result = runtime::run(plan, control, &metrics, store);
             display.finish();
             match &result {
                 Ok(_) => heartbeat.finish(RunState::Stopped, None),

@@ -27,6 +27,14 @@ allow_write = ["out"]
 config = { path = "out" }
 "#;
 
+/// 500 rows, at full speed, in one epoch per run (the final one), so that
+/// runs are comparable file by file.
+fn single_epoch_topology() -> String {
+    TOPOLOGY
+        .replace("events = 30000, rate = 10000", "events = 500")
+        .replace("\"200ms\"", "\"1h\"")
+}
+
 fn manifests(s: &Scratch) -> Vec<String> {
     s.files(".fvhost/eo/manifests")
         .into_iter()
@@ -105,10 +113,7 @@ fn runs_killed_with_sigkill_at_random_moments_commit_every_row_exactly_once() {
 #[test]
 fn a_finished_run_resumes_with_nothing_left_to_do_and_from_scratch_starts_over() {
     let s = Scratch::new();
-    // One epoch per run (the final one), so runs are comparable file by file.
-    let topology = TOPOLOGY
-        .replace("events = 30000, rate = 10000", "events = 500")
-        .replace("\"200ms\"", "\"1h\"");
+    let topology = single_epoch_topology();
     s.write("t.toml", &topology);
     assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
     assert_eq!(
@@ -149,9 +154,7 @@ fn a_finished_run_resumes_with_nothing_left_to_do_and_from_scratch_starts_over()
 #[test]
 fn a_restart_that_would_orphan_recorded_splits_is_refused_and_file_splits_re_map() {
     let s = Scratch::new();
-    let topology = TOPOLOGY
-        .replace("events = 30000, rate = 10000", "events = 500")
-        .replace("\"200ms\"", "\"1h\"");
+    let topology = single_epoch_topology();
     s.write("t.toml", &topology);
     assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
     // The generator's split ids name the parallelism: two tasks cannot

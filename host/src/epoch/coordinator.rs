@@ -78,8 +78,6 @@ pub struct CoordinatorConfig {
     pub source_tasks: usize,
     /// Number of sink tasks that take part in epochs.
     pub sink_tasks: usize,
-    /// Positions restored at start (kept for sources that report none).
-    pub restored_positions: BTreeMap<String, Vec<(String, Vec<u8>)>>,
 }
 
 #[derive(Default)]
@@ -129,14 +127,6 @@ impl Coordinator {
         let mut committed = None;
         let mut finished_sources = 0;
         let mut last_start = Instant::now();
-        // Sources' positions carry over between epochs: a source that did
-        // not move reports the same positions again.
-        let mut positions: BTreeMap<String, BTreeMap<String, Vec<u8>>> = self
-            .config
-            .restored_positions
-            .iter()
-            .map(|(s, p)| (s.clone(), p.iter().cloned().collect()))
-            .collect();
         loop {
             if self.control.has_failed() {
                 return committed;
@@ -193,10 +183,9 @@ impl Coordinator {
                 let Some(e) = pending.remove(&epoch) else {
                     break;
                 };
-                for (source, p) in e.positions {
-                    positions.entry(source).or_default().extend(p);
-                }
-                if let Err(err) = self.commit(epoch, &positions, e.handles) {
+                // Every source task reports all its splits (restored ones
+                // included), so the epoch's acks are its whole position set.
+                if let Err(err) = self.commit(epoch, &e.positions, e.handles) {
                     self.control
                         .fail(format!("checkpoint {epoch} failed: {err}"));
                     return committed;

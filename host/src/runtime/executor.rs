@@ -46,14 +46,6 @@ pub enum RunError {
     Epoch(#[from] crate::epoch::EpochError),
 }
 
-/// How a run checkpoints.
-pub struct Checkpointing {
-    /// Where manifests live.
-    pub store: EpochStore,
-    /// SHA-256 of the topology file.
-    pub topology_digest: String,
-}
-
 /// What a finished run did.
 #[derive(Debug)]
 pub struct RunReport {
@@ -74,13 +66,15 @@ pub fn run(
     mut plan: Plan,
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
-    checkpointing: Checkpointing,
+    store: EpochStore,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let restored = checkpointing.store.latest()?;
+    let restored = store.latest()?;
+    // Per source task, the positions of the splits it reads.
+    let mut restored_positions = BTreeMap::new();
     if let Some(m) = &restored {
-        restore(&mut plan, m)?;
-        if m.topology_digest != checkpointing.topology_digest {
+        restored_positions = restore(&mut plan, m)?;
+        if m.topology_digest != plan.topology.digest {
             tracing::warn!(
                 epoch = m.epoch,
                 "the topology file changed since the checkpoint it resumes from"
@@ -165,10 +159,6 @@ pub fn run(
     let source_tasks: usize = plan.sources.iter().map(|s| s.tasks.len()).sum();
     for source in plan.sources {
         let m = metric(&source.name);
-        let restored_positions = restored
-            .as_ref()
-            .map(|r| r.positions(&source.name))
-            .unwrap_or_default();
         for (i, instance) in source.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(
                 outputs
@@ -186,7 +176,11 @@ pub fn run(
                 commands: cmd_rx,
                 acks: ack_tx.clone(),
                 batch_size: settings.batch_size,
-                positions: restored_positions.iter().cloned().collect(),
+                positions: restored_positions
+                    .remove(&(source.name.clone(), i))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
             };
             let control = Arc::clone(&control);
             handles.push(spawn(
@@ -249,7 +243,7 @@ pub fn run(
     let coordinator = Coordinator::new(
         CoordinatorConfig {
             topology: plan.topology.name.clone(),
-            topology_digest: checkpointing.topology_digest.clone(),
+            topology_digest: plan.topology.digest.clone(),
             plugins: plan
                 .plugins
                 .iter()
@@ -260,17 +254,8 @@ pub fn run(
             first_epoch,
             source_tasks,
             sink_tasks,
-            restored_positions: restored
-                .as_ref()
-                .map(|m| {
-                    m.sources
-                        .keys()
-                        .map(|s| (s.clone(), m.positions(s)))
-                        .collect()
-                })
-                .unwrap_or_default(),
         },
-        checkpointing.store,
+        store,
         source_commands,
         sink_commands,
         ack_rx,
@@ -297,17 +282,23 @@ pub fn run(
     }
 }
 
+/// Positions restored into each source task, by (source, task index).
+type TaskPositions = BTreeMap<(String, usize), Vec<(String, Vec<u8>)>>;
+
 /// Seek sources to the manifest's positions; replay the sinks' commit of
 /// its epoch (commit is idempotent) and abort anything prepared after it.
-fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
+/// Returns what each source task was given, so that it reports exactly
+/// those splits (and no other task's) at the next barrier.
+fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunError> {
     let fail = |message: String| RunError::Restore {
         epoch: manifest.epoch,
         message,
     };
+    let mut given = TaskPositions::new();
     for source in &mut plan.sources {
         let positions = manifest.positions(&source.name);
         let mut all_owned = Vec::new();
-        for task in &mut source.tasks {
+        for (i, task) in source.tasks.iter_mut().enumerate() {
             let owned = task.splits().map_err(|e| fail(e.to_string()))?;
             let mine: Vec<(String, Vec<u8>)> = positions
                 .iter()
@@ -315,6 +306,7 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
                 .cloned()
                 .collect();
             task.restore(&mine).map_err(|e| fail(e.to_string()))?;
+            given.insert((source.name.clone(), i), mine);
             all_owned.extend(owned);
         }
         // A split with a recorded position that no task reads would start
@@ -342,7 +334,7 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<(), RunError> {
                 .map_err(|e| fail(e.to_string()))?;
         }
     }
-    Ok(())
+    Ok(given)
 }
 
 /// One source task: polls its plugin, and between two polls obeys the

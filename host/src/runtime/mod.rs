@@ -21,7 +21,7 @@ pub mod progress;
 pub mod status;
 
 pub use control::RunControl;
-pub use executor::{Checkpointing, RunError, RunReport, run};
+pub use executor::{RunError, RunReport, run};
 pub use message::Message;
 pub use metrics::StageMetrics;
 pub use operator::{Emitter, Operator, TaskError};

@@ -119,6 +119,8 @@ pub struct Topology {
     pub file: PathBuf,
     /// The file's directory: relative paths resolve against it.
     pub dir: PathBuf,
+    /// SHA-256 of the file's text (recorded in every manifest).
+    pub digest: String,
     /// Run-wide settings.
     pub settings: Settings,
     /// Sources, by name order.

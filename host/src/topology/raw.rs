@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use toml::de::{DeTable, DeValue};
 
 use super::{
@@ -301,6 +302,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         name,
         file,
         dir,
+        digest: hex::encode(Sha256::digest(text.as_bytes())),
         settings,
         sources,
         stages,
