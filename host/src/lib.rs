@@ -12,11 +12,13 @@
 //!   [`runtime::Operator`] trait, planning and the threaded executor;
 //! - [`epoch`]: barriers, manifests and the coordinator that make output
 //!   exactly-once;
-//! - [`sql`]: stateless DataFusion queries over batches.
+//! - [`sql`]: stateless DataFusion queries over batches;
+//! - [`state`]: vnodes, key hashing and state snapshots of keyed operators.
 
 pub mod epoch;
 pub mod ipc;
 pub mod plugin;
 pub mod runtime;
 pub mod sql;
+pub mod state;
 pub mod topology;

@@ -64,6 +64,15 @@ enum Command {
         /// Discard the checkpoints in the state directory and start over.
         #[arg(long)]
         from_scratch: bool,
+        /// Keep manifests and state snapshots in an object store instead of
+        /// the state directory: `s3://bucket/prefix`, `gs://bucket/prefix`,
+        /// `az://container/prefix` or `file:///abs/dir`. Credentials and
+        /// endpoints come from the usual variables (AWS_ACCESS_KEY_ID,
+        /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT, AWS_ALLOW_HTTP,
+        /// GOOGLE_SERVICE_ACCOUNT, AZURE_STORAGE_ACCOUNT_NAME, …). The status
+        /// record stays in the state directory.
+        #[arg(long, env = "FVHOST_EPOCH_STORE", value_name = "URL")]
+        epoch_store: Option<String>,
     },
     /// Check a topology without running it: syntax, keys, inputs, cycles,
     /// plugins and their configs, SQL against the input schemas.
@@ -148,6 +157,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             state_dir,
             no_progress,
             from_scratch,
+            epoch_store,
         } => {
             let engine = engine(cli.cache_dir)?;
             let plan = match load_and_plan(&topology, &engine) {
@@ -158,7 +168,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&plan.topology.name));
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
-            let store = EpochStore::open(&state_dir)?;
+            let location = epoch_store.unwrap_or_else(|| state_dir.display().to_string());
+            let store = EpochStore::open(&location)?;
             if from_scratch {
                 store.clear()?;
             }

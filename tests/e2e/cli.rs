@@ -159,6 +159,21 @@ fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
         .find(|st| st["name"] == "b")
         .expect("sink b");
     assert_eq!(sink["rows_out"], 1234);
+    // Plugins ran (the generator and the sink are Wasm): their CPU shows.
+    let cpu = &record["cpu"];
+    for family in [
+        "runtime_tasks_ms",
+        "plugin_execution_ms",
+        "epoch_store_io_ms",
+        "kafka_client_ms",
+        "other_ms",
+    ] {
+        assert!(cpu[family].is_u64(), "{family} in {record}");
+    }
+    assert!(
+        cpu["other_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "planning and compiling take CPU: {record}"
+    );
     let missing = s.fvhost(&["status", "nowhere"]);
     assert_exit(&missing, 2);
     assert!(

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Scratch, assert_exit, int_column};
+use crate::support::{Scratch, assert_exit, crash_seed, int_column, next_random};
 
 const TOPOLOGY: &str = r#"
 name = "eo"
@@ -42,31 +42,13 @@ fn manifests(s: &Scratch) -> Vec<String> {
         .collect()
 }
 
-/// A small seeded PRNG (SplitMix64), so a failing kill schedule can be replayed.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The crash harness: SIGKILL the run at seeded random moments, restart
 /// it, 20 times; then let it finish. The committed output must be every
 /// row exactly once — the output of one uninterrupted run.
 #[cfg(unix)]
 #[test]
 fn runs_killed_with_sigkill_at_random_moments_commit_every_row_exactly_once() {
-    let seed: u64 = std::env::var("FV_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(7)
-        });
-    println!("crash harness seed: {seed} (replay with FV_CRASH_SEED={seed})");
+    let seed = crash_seed("crash harness");
     let mut state = seed;
     let s = Scratch::new();
     // Slow enough (12 s of input) that all 20 kills land mid-stream.

@@ -9,6 +9,8 @@ mod support;
 mod bad_input;
 mod cli;
 mod exactly_once;
+mod object_store;
 mod pipelines;
 mod poison;
 mod sandbox;
+mod stateful;

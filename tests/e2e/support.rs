@@ -81,17 +81,25 @@ impl Scratch {
         Run::from(cmd.output().expect("run fvhost"))
     }
 
-    /// Start `fvhost <args>` in the background (stdout and stderr discarded).
+    /// Start `fvhost <args>` in the background (stdout discarded, stderr
+    /// piped for `wait_with_output`).
     pub fn spawn_fvhost(&self, args: &[&str]) -> std::process::Child {
-        Command::new(env!("CARGO_BIN_EXE_fvhost"))
-            .args(args)
+        self.spawn_fvhost_env(args, &[])
+    }
+
+    /// Start `fvhost <args>` with extra environment variables.
+    pub fn spawn_fvhost_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fvhost"));
+        cmd.args(args)
             .current_dir(self.path())
             .env("FVHOST_CACHE_DIR", cache_dir())
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn fvhost")
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().expect("spawn fvhost")
     }
 
     /// Every line of every file in `rel` (sorted), skipping hidden files.
@@ -150,4 +158,29 @@ pub fn int_column(lines: &[String], name: &str) -> Vec<i64> {
         .collect();
     values.sort();
     values
+}
+
+/// A small seeded PRNG (SplitMix64), so a failing kill schedule can be replayed.
+pub fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The crash harness's seed: `FV_CRASH_SEED`, or the clock (printed, so a
+/// failing schedule can be replayed).
+pub fn crash_seed(harness: &str) -> u64 {
+    let seed = std::env::var("FV_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+        });
+    println!("{harness} seed: {seed} (replay with FV_CRASH_SEED={seed})");
+    seed
 }

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::manifest::{EpochStore, Manifest, SplitPositionRecord};
+use super::EpochStore;
+use super::manifest::{Manifest, SplitPositionRecord, StageState};
 use crate::runtime::RunControl;
+use crate::state::StateObject;
 
 /// What the coordinator asks of a source task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +58,17 @@ pub enum Ack {
         /// The handle from `prepare`.
         handle: Vec<u8>,
     },
+    /// A stateful stage task's snapshot of `epoch` is durable.
+    State {
+        /// Stage name.
+        stage: String,
+        /// Epoch.
+        epoch: u64,
+        /// What the state means (see [`StageState::format`]).
+        format: String,
+        /// The object it wrote.
+        object: StateObject,
+    },
     /// A bounded source task drained its splits.
     SourceFinished,
 }
@@ -78,12 +91,18 @@ pub struct CoordinatorConfig {
     pub source_tasks: usize,
     /// Number of sink tasks that take part in epochs.
     pub sink_tasks: usize,
+    /// Number of stateful stage tasks (each snapshots every epoch).
+    pub state_tasks: usize,
 }
 
 #[derive(Default)]
 struct Pending {
+    /// When the barrier was injected (the checkpoint's duration runs from here).
+    started: Option<Instant>,
     source_acks: usize,
     sink_acks: usize,
+    state_acks: usize,
+    state: BTreeMap<String, StageState>,
     positions: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
 }
@@ -139,7 +158,13 @@ impl Coordinator {
                     for tx in &self.sources {
                         let _ = tx.send(SourceCommand::Barrier { epoch: next, last });
                     }
-                    pending.insert(next, Pending::default());
+                    pending.insert(
+                        next,
+                        Pending {
+                            started: Some(Instant::now()),
+                            ..Pending::default()
+                        },
+                    );
                     if last {
                         last_epoch = Some(next);
                     }
@@ -170,13 +195,33 @@ impl Coordinator {
                         e.handles.entry(name).or_default().insert(task, handle);
                     }
                 }
+                Ok(Ack::State {
+                    stage,
+                    epoch,
+                    format,
+                    object,
+                }) => {
+                    if let Some(e) = pending.get_mut(&epoch) {
+                        e.state_acks += 1;
+                        e.state
+                            .entry(stage)
+                            .or_insert_with(|| StageState {
+                                format,
+                                objects: Vec::new(),
+                            })
+                            .objects
+                            .push(object);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 // Every task is gone: nothing more will be acknowledged.
                 Err(RecvTimeoutError::Disconnected) => return committed,
             }
             // Complete epochs strictly in order.
             while let Some((&epoch, e)) = pending.iter().next() {
-                if e.source_acks < self.config.source_tasks || e.sink_acks < self.config.sink_tasks
+                if e.source_acks < self.config.source_tasks
+                    || e.sink_acks < self.config.sink_tasks
+                    || e.state_acks < self.config.state_tasks
                 {
                     break;
                 }
@@ -185,7 +230,8 @@ impl Coordinator {
                 };
                 // Every source task reports all its splits (restored ones
                 // included), so the epoch's acks are its whole position set.
-                if let Err(err) = self.commit(epoch, &e.positions, e.handles) {
+                let started = e.started.unwrap_or_else(Instant::now);
+                if let Err(err) = self.commit(epoch, started, &e.positions, e.handles, e.state) {
                     self.control
                         .fail(format!("checkpoint {epoch} failed: {err}"));
                     return committed;
@@ -201,9 +247,14 @@ impl Coordinator {
     fn commit(
         &self,
         epoch: u64,
+        started: Instant,
         positions: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
         handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+        mut state: BTreeMap<String, StageState>,
     ) -> Result<(), super::EpochError> {
+        for s in state.values_mut() {
+            s.objects.sort_by_key(|o| o.task);
+        }
         let manifest = Manifest {
             format: 1,
             topology: self.config.topology.clone(),
@@ -227,12 +278,19 @@ impl Coordinator {
                 .into_iter()
                 .map(|(s, h)| (s, h.into_iter().map(|(t, b)| (t, hex::encode(b))).collect()))
                 .collect(),
+            state,
         };
-        let started = Instant::now();
-        let bytes = self.store.write(&manifest)?;
+        let state_bytes: u64 = manifest
+            .state
+            .values()
+            .flat_map(|s| &s.objects)
+            .map(|o| o.bytes)
+            .sum();
+        let bytes = self.store.write(&manifest)? + state_bytes;
         let micros = started.elapsed().as_micros() as u64;
         self.control.committed(epoch, micros, bytes);
         tracing::debug!(epoch, micros, "manifest written");
+        super::crash_point("after-manifest", epoch);
         // Only now may sinks make the epoch visible.
         for tx in &self.sinks {
             let _ = tx.send(SinkCommand::Commit(epoch));

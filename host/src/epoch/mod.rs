@@ -1,7 +1,9 @@
 //! Epochs: the checkpoint protocol that makes output exactly-once.
 //!
-//! Entry points: [`EpochStore`] (manifests in the state directory, written
-//! atomically — a manifest's existence is the commit point) and
+//! Entry points: [`EpochStore`] (manifests and state snapshots in a local
+//! directory or an object store; a manifest's existence is the commit
+//! point), [`restore::newest_restorable`] (the newest epoch whose state
+//! verifies) and
 //! [`Coordinator`] (starts epoch N by asking every source task to inject a
 //! barrier, collects every task's acknowledgement, writes the manifest, then
 //! tells the sinks to commit). Barriers travel in band behind the data
@@ -11,7 +13,13 @@
 //! the coordinator tells them to.
 
 mod coordinator;
+mod crash;
 mod manifest;
+pub mod restore;
+mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, SinkCommand, SourceCommand};
-pub use manifest::{EpochError, EpochStore, Manifest, SplitPositionRecord};
+pub use crash::crash_point;
+pub use manifest::{Manifest, SplitPositionRecord, StageState};
+pub use restore::{Restored, newest_restorable};
+pub use store::{EpochError, EpochStore};

@@ -130,7 +130,7 @@ impl Sandbox {
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
         self.arm();
-        match f(&mut self.store) {
+        match crate::runtime::cpu::in_plugin(|| f(&mut self.store)) {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(message)) => Err(self.reported(message)),
             Err(e) => Err(self.classify(e)),
@@ -143,7 +143,7 @@ impl Sandbox {
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         self.arm();
-        f(&mut self.store).map_err(|e| self.classify(e))
+        crate::runtime::cpu::in_plugin(|| f(&mut self.store)).map_err(|e| self.classify(e))
     }
 
     /// Arm the CPU guard for the next call.

@@ -9,16 +9,23 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, bounded, unbounded};
 
+use super::checkpoint::StateContext;
 use super::control::RunControl;
 use super::message::Message;
+use super::message::{Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
-use super::operators::{SinkWriter, SqlStage, WasmStep};
-use super::plan::{Plan, StageTask};
+use super::operators::{SinkWriter, SqlStage, WasmStep, WindowAggregate};
+use super::plan::{Plan, SourceEventTime, StageTask};
 use crate::epoch::{
     Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
+    newest_restorable,
 };
 use crate::plugin::{SourceInstance, SourcePoll};
+use crate::state::KeyHasher;
+use arrow::array::{Array, TimestampMicrosecondArray};
+use arrow::compute::{cast, max};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 /// How often an idle task wakes up, and how long an idle source waits.
 const TICK: Duration = Duration::from_millis(50);
@@ -69,19 +76,27 @@ pub fn run(
     store: EpochStore,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let restored = store.latest()?;
+    let restored = newest_restorable(&store)?;
+    // Epochs newer than the one resumed from never committed (partial) or
+    // cannot be used (corrupt): their objects must not linger.
+    store.discard_after(restored.as_ref().map(|r| r.manifest.epoch))?;
     // Per source task, the positions of the splits it reads.
     let mut restored_positions = BTreeMap::new();
-    if let Some(m) = &restored {
+    let mut restored_state = BTreeMap::new();
+    if let Some(r) = &restored {
+        let m = &r.manifest;
+        check_state_formats(&plan, m)?;
         restored_positions = restore(&mut plan, m)?;
+        restored_state = r.state.clone();
         if m.topology_digest != plan.topology.digest {
             tracing::warn!(
                 epoch = m.epoch,
                 "the topology file changed since the checkpoint it resumes from"
             );
         }
-        tracing::info!(epoch = m.epoch, "resuming from the newest manifest");
+        tracing::info!(epoch = m.epoch, "resuming from the newest complete epoch");
     }
+    let restored = restored.map(|r| r.manifest);
     let first_epoch = restored.as_ref().map(|m| m.epoch + 1).unwrap_or(1);
     let settings = plan.topology.settings.clone();
     let metric = |name: &str| {
@@ -112,6 +127,17 @@ pub fn run(
         .collect();
     let mut outputs: BTreeMap<(String, usize), Vec<Downstream>> = BTreeMap::new();
     let mut inputs: BTreeMap<(String, usize), Vec<Receiver<Message>>> = BTreeMap::new();
+    let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
+    for s in &plan.sources {
+        schemas.insert(s.name.clone(), Arc::clone(&s.schema));
+    }
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in &plan.stages {
+        schemas.insert(s.name.clone(), Arc::clone(&s.schema));
+        if let Some(k) = &s.key {
+            keys.insert(s.name.clone(), k.clone());
+        }
+    }
     for (consumer, names, tasks) in &consumers {
         for input in names {
             for p in 0..parallelism.get(input).copied().unwrap_or(0) {
@@ -121,10 +147,19 @@ pub fn run(
                     senders.push(tx);
                     inputs.entry((consumer.clone(), c)).or_default().push(rx);
                 }
+                let downstream = match (keys.get(consumer), schemas.get(input)) {
+                    (Some(key), Some(schema)) => {
+                        let hasher = KeyHasher::new(schema, key).map_err(|e| {
+                            RunError::Task(format!("stage `{consumer}`: key {key:?}: {e}"))
+                        })?;
+                        Downstream::keyed(senders, hasher)
+                    }
+                    _ => Downstream::new(senders),
+                };
                 outputs
                     .entry((input.clone(), p))
                     .or_default()
-                    .push(Downstream::new(senders));
+                    .push(downstream);
             }
         }
     }
@@ -151,7 +186,10 @@ pub fn run(
         |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(String, JoinHandle<()>), RunError> {
             let handle = std::thread::Builder::new()
                 .name(format!("fv-{name}"))
-                .spawn(f)
+                .spawn(move || {
+                    f();
+                    super::cpu::task_thread_ended();
+                })
                 .map_err(|e| RunError::Spawn(e.to_string()))?;
             Ok((name, handle))
         };
@@ -171,6 +209,8 @@ pub fn run(
             source_commands.push(cmd_tx);
             let task = SourceTask {
                 name: source.name.clone(),
+                event_time: source.event_time,
+                clock: WatermarkClock::default(),
                 instance,
                 out: emitter,
                 commands: cmd_rx,
@@ -189,8 +229,11 @@ pub fn run(
             )?);
         }
     }
+    let mut state_tasks = 0;
     for stage in plan.stages {
         let m = metric(&stage.name);
+        let stage_parallelism = stage.tasks.len();
+        let stage_state = restored_state.remove(&stage.name).unwrap_or_default();
         for (i, task) in stage.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(
                 outputs.remove(&(stage.name.clone(), i)).unwrap_or_default(),
@@ -201,6 +244,23 @@ pub fn run(
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
                 StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
+                StageTask::Window(w) => {
+                    state_tasks += 1;
+                    let ctx = StateContext::new(
+                        &stage.name,
+                        i as u32,
+                        stage_parallelism,
+                        stage_state.clone(),
+                        store.clone(),
+                        ack_tx.clone(),
+                        Arc::clone(&control),
+                    );
+                    let op = WindowAggregate::new(w, ctx).map_err(|e| RunError::Restore {
+                        epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
+                        message: e.to_string(),
+                    })?;
+                    Box::new(op)
+                }
             };
             let control = Arc::clone(&control);
             handles.push(spawn(
@@ -254,6 +314,7 @@ pub fn run(
             first_epoch,
             source_tasks,
             sink_tasks,
+            state_tasks,
         },
         store,
         source_commands,
@@ -280,6 +341,38 @@ pub fn run(
         Some(message) => Err(RunError::Task(message)),
         None => Ok(report),
     }
+}
+
+/// Refuse to resume a stateful stage from state written with another
+/// meaning (key, window, aggregates): its accumulators would be misread.
+fn check_state_formats(plan: &Plan, manifest: &Manifest) -> Result<(), RunError> {
+    for stage in &plan.stages {
+        let Some(StageTask::Window(w)) = stage.tasks.first() else {
+            continue;
+        };
+        if let Some(saved) = manifest.state.get(&stage.name)
+            && saved.format != w.format()
+        {
+            return Err(RunError::Restore {
+                epoch: manifest.epoch,
+                message: format!(
+                    "stage `{}` changed incompatibly: its state was written by `{}`, the topology now says `{}`; restore the previous definition, or start over with --from-scratch",
+                    stage.name,
+                    saved.format,
+                    w.format()
+                ),
+            });
+        }
+    }
+    for name in manifest.state.keys() {
+        if !plan.stages.iter().any(|s| &s.name == name) {
+            tracing::warn!(
+                "stage `{name}` had state in epoch {} but is gone from the topology; its state is dropped",
+                manifest.epoch
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Positions restored into each source task, by (source, task index).
@@ -348,6 +441,78 @@ struct SourceTask {
     batch_size: u32,
     /// The latest position of every split this task has reported.
     positions: BTreeMap<String, Vec<u8>>,
+    /// Where event time is, if the source declares it.
+    event_time: Option<SourceEventTime>,
+    /// What the task's watermark is.
+    clock: WatermarkClock,
+}
+
+/// A source task's watermark: the newest event time seen, minus the
+/// allowed out-of-orderness; idle after the idle timeout without rows.
+struct WatermarkClock {
+    max_seen: Option<i64>,
+    emitted: Option<Watermark>,
+    last_rows: Instant,
+}
+
+impl Default for WatermarkClock {
+    fn default() -> Self {
+        WatermarkClock {
+            max_seen: None,
+            emitted: None,
+            last_rows: Instant::now(),
+        }
+    }
+}
+
+impl WatermarkClock {
+    /// Rows arrived; returns the watermark to send, if it advanced.
+    fn on_rows(
+        &mut self,
+        batch: &arrow::array::RecordBatch,
+        e: &SourceEventTime,
+    ) -> Result<Option<Watermark>, arrow::error::ArrowError> {
+        self.last_rows = Instant::now();
+        let times = cast(
+            batch.column(e.column),
+            &DataType::Timestamp(TimeUnit::Microsecond, None),
+        )?;
+        let newest = times
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .and_then(|t| {
+                if t.null_count() == t.len() {
+                    None
+                } else {
+                    max(t)
+                }
+            });
+        if let Some(t) = newest {
+            self.max_seen = Some(self.max_seen.map_or(t, |m| m.max(t)));
+        }
+        let Some(seen) = self.max_seen else {
+            return Ok(None);
+        };
+        let lag = e.max_out_of_orderness.as_micros() as i64;
+        let w = Watermark::At(seen.saturating_sub(lag));
+        let send = match self.emitted {
+            Some(Watermark::At(old)) => Watermark::At(old) != w,
+            _ => true,
+        };
+        if send {
+            self.emitted = Some(w);
+        }
+        Ok(send.then_some(w))
+    }
+
+    /// No rows this poll; returns `Idle` once the idle timeout has passed.
+    fn on_idle(&mut self, e: &SourceEventTime) -> Option<Watermark> {
+        if self.emitted != Some(Watermark::Idle) && self.last_rows.elapsed() >= e.idle_timeout {
+            self.emitted = Some(Watermark::Idle);
+            return Some(Watermark::Idle);
+        }
+        None
+    }
 }
 
 impl SourceTask {
@@ -402,11 +567,32 @@ impl SourceTask {
                     self.positions.extend(positions);
                     StageMetrics::add(&self.out.metrics.batches_in, 1);
                     StageMetrics::add(&self.out.metrics.rows_in, batch.num_rows() as u64);
+                    let watermark = match &self.event_time {
+                        Some(e) => {
+                            self.clock
+                                .on_rows(&batch, e)
+                                .map_err(|err| TaskError::State {
+                                    stage: self.name.clone(),
+                                    message: format!("reading event time: {err}"),
+                                })?
+                        }
+                        None => None,
+                    };
                     self.out.emit(batch)?;
+                    if let Some(w) = watermark {
+                        self.out.watermark(w)?;
+                    }
                 }
-                SourcePoll::Idle => std::thread::sleep(IDLE_BACKOFF),
+                SourcePoll::Idle => {
+                    if let Some(w) = self.event_time.as_ref().and_then(|e| self.clock.on_idle(e)) {
+                        self.out.watermark(w)?;
+                    }
+                    std::thread::sleep(IDLE_BACKOFF)
+                }
                 SourcePoll::Finished => {
                     drained = true;
+                    // No row can follow: every window downstream may fire.
+                    self.out.watermark(Watermark::END)?;
                     let _ = self.acks.send(Ack::SourceFinished);
                 }
             }
@@ -444,6 +630,7 @@ fn operator_loop(
     let mut pending_barrier: Option<u64> = None;
     let mut remaining = inputs.len();
     let mut commands_open = commands.is_some();
+    let mut time = WatermarkTracker::new(inputs.len());
     while remaining > 0 {
         if control.has_failed() {
             return Ok(());
@@ -487,11 +674,19 @@ fn operator_loop(
                 held[i] = true;
                 pending_barrier = Some(epoch);
             }
+            Ok(Message::Watermark(w)) => {
+                if let Some(w) = time.update(i, w) {
+                    op.on_watermark(w, out)?;
+                }
+            }
             // A closed channel is an upstream that ended (or failed: the
             // failure is in `control`).
             Ok(Message::EndOfStream) | Err(_) => {
                 open[i] = false;
                 remaining -= 1;
+                if let Some(w) = time.end(i) {
+                    op.on_watermark(w, out)?;
+                }
             }
         }
         // Aligned: every open input delivered the barrier.

@@ -18,6 +18,9 @@ pub struct StageMetrics {
     pub batches_in: AtomicU64,
     /// Rows sent to the dead-letter output (or counted, without one).
     pub dead_lettered: AtomicU64,
+    /// Rows dropped because every window they belong to had fired (or
+    /// they carried no event time).
+    pub late_rows: AtomicU64,
     /// Plugin instances re-created after a trap.
     pub restarts: AtomicU64,
 }

@@ -9,7 +9,9 @@
 //! slows its sources and memory stays flat. The runtime never parses
 //! topology files and never touches plugin bytes.
 
+pub mod checkpoint;
 pub mod control;
+pub mod cpu;
 pub mod dead_letter;
 pub mod executor;
 pub mod message;
@@ -22,7 +24,7 @@ pub mod status;
 
 pub use control::RunControl;
 pub use executor::{RunError, RunReport, run};
-pub use message::Message;
+pub use message::{Message, Watermark};
 pub use metrics::StageMetrics;
 pub use operator::{Emitter, Operator, TaskError};
 pub use plan::{Plan, plan};

@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use crossbeam_channel::Sender;
 
-use super::message::Message;
+use super::message::{Message, Watermark};
 use super::metrics::StageMetrics;
 use crate::plugin::PluginError;
 use crate::sql::SqlError;
+use crate::state::{KeyHasher, VnodeRange};
 
 /// Why a task failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,14 @@ pub enum TaskError {
         /// What failed.
         error: SqlError,
     },
+    /// A stateful operator failed.
+    #[error("stage `{stage}`: {message}")]
+    State {
+        /// The stage.
+        stage: String,
+        /// What failed.
+        message: String,
+    },
     /// Downstream is gone (it failed); this task stops quietly.
     #[error("downstream closed")]
     DownstreamClosed,
@@ -34,6 +44,12 @@ pub enum TaskError {
 pub trait Operator: Send {
     /// Rows arrived on input `input`.
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError>;
+    /// The task's watermark (the minimum over its inputs) advanced. The
+    /// default forwards it; an operator that holds rows back fires them
+    /// first.
+    fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
+        out.watermark(watermark)
+    }
     /// Periodic call while idle or between batches (commit timers).
     fn on_tick(&mut self, _out: &mut Emitter) -> Result<(), TaskError> {
         Ok(())
@@ -62,12 +78,75 @@ pub trait Operator: Send {
 pub struct Downstream {
     senders: Vec<Sender<Message>>,
     next: usize,
+    /// For a keyed stage: how rows are routed to the task owning their key.
+    keyed: Option<KeyRouting>,
+}
+
+/// Routes each row to the task that owns its key's vnode.
+struct KeyRouting {
+    hasher: KeyHasher,
+    /// vnode → downstream task.
+    owners: Vec<usize>,
 }
 
 impl Downstream {
-    /// Senders to every task of one downstream stage.
+    /// Senders to every task of one downstream stage; rows go round-robin.
     pub fn new(senders: Vec<Sender<Message>>) -> Self {
-        Downstream { senders, next: 0 }
+        Downstream {
+            senders,
+            next: 0,
+            keyed: None,
+        }
+    }
+
+    /// Senders to every task of a keyed stage: each row goes to the task
+    /// whose vnode range holds the hash of its key.
+    pub fn keyed(senders: Vec<Sender<Message>>, hasher: KeyHasher) -> Self {
+        let owners = VnodeRange::owners(senders.len());
+        Downstream {
+            senders,
+            next: 0,
+            keyed: Some(KeyRouting { hasher, owners }),
+        }
+    }
+
+    fn send(&mut self, batch: &RecordBatch) -> Result<(), TaskError> {
+        if self.senders.is_empty() {
+            return Ok(());
+        }
+        let Some(routing) = self.keyed.as_ref().filter(|_| self.senders.len() > 1) else {
+            let i = self.next % self.senders.len();
+            self.next = self.next.wrapping_add(1);
+            return self.senders[i]
+                .send(Message::Batch(batch.clone()))
+                .map_err(|_| TaskError::DownstreamClosed);
+        };
+        let vnodes = routing.hasher.vnodes(batch).map_err(|e| TaskError::State {
+            stage: "key shuffle".into(),
+            message: e.to_string(),
+        })?;
+        let mut rows: Vec<Vec<u32>> = vec![Vec::new(); self.senders.len()];
+        for (row, v) in vnodes.iter().enumerate() {
+            rows[routing.owners[*v as usize]].push(row as u32);
+        }
+        for (task, indices) in rows.into_iter().enumerate() {
+            if indices.is_empty() {
+                continue;
+            }
+            let part = if indices.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                let indices = UInt32Array::from(indices);
+                take_record_batch(batch, &indices).map_err(|e| TaskError::State {
+                    stage: "key shuffle".into(),
+                    message: e.to_string(),
+                })?
+            };
+            self.senders[task]
+                .send(Message::Batch(part))
+                .map_err(|_| TaskError::DownstreamClosed)?;
+        }
+        Ok(())
     }
 }
 
@@ -101,14 +180,7 @@ impl Emitter {
         }
         StageMetrics::add(&self.metrics.rows_out, batch.num_rows() as u64);
         for d in &mut self.downstream {
-            if d.senders.is_empty() {
-                continue;
-            }
-            let i = d.next % d.senders.len();
-            d.next = d.next.wrapping_add(1);
-            d.senders[i]
-                .send(Message::Batch(batch.clone()))
-                .map_err(|_| TaskError::DownstreamClosed)?;
+            d.send(&batch)?;
         }
         Ok(())
     }
@@ -146,6 +218,18 @@ impl Emitter {
     /// Forward barrier `epoch` behind the rows already sent.
     pub fn barrier(&mut self, epoch: u64) -> Result<(), TaskError> {
         self.broadcast(Message::Barrier(epoch))
+    }
+
+    /// Forward the task's watermark to every downstream task.
+    pub fn watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        let message = Message::Watermark(watermark);
+        for d in &self.downstream {
+            for s in &d.senders {
+                s.send(message.clone())
+                    .map_err(|_| TaskError::DownstreamClosed)?;
+            }
+        }
+        Ok(())
     }
 
     /// Tell every downstream task this task is done.

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 
 use crate::plugin::{
     Catalog, LoadedPlugin, OpenError, PluginEngine, PluginKind, SinkInstance, SourceInstance,
     StepInstance, TaskIdentity,
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
+use crate::runtime::operators::{WindowPlan, column_names};
 use crate::sql::StatelessQuery;
 use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, StageKind, Topology};
 
@@ -24,6 +25,19 @@ pub struct PlannedSource {
     pub tasks: Vec<SourceInstance>,
     /// Output schema.
     pub schema: SchemaRef,
+    /// Event time: the column index, the watermark lag, the idle timeout.
+    pub event_time: Option<SourceEventTime>,
+}
+
+/// A source's event time, checked against its schema.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceEventTime {
+    /// Index of the timestamp column.
+    pub column: usize,
+    /// Watermark lag behind the newest row.
+    pub max_out_of_orderness: std::time::Duration,
+    /// Idle time after which the task stops holding watermarks back.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// What one stage task runs.
@@ -32,6 +46,8 @@ pub enum StageTask {
     Sql(StatelessQuery),
     /// An opened step (boxed: an instance is large and moves to its thread).
     Step(Box<StepInstance>),
+    /// A keyed window aggregation (stateful).
+    Window(WindowPlan),
 }
 
 /// A stage with its tasks.
@@ -40,8 +56,10 @@ pub struct PlannedStage {
     pub name: String,
     /// Input names.
     pub inputs: Vec<String>,
-    /// `sql` or `step`.
+    /// `sql`, `step` or `window`.
     pub kind: &'static str,
+    /// Key columns, for a keyed stage: rows are routed to it by key hash.
+    pub key: Option<Vec<String>>,
     /// One per task.
     pub tasks: Vec<StageTask>,
     /// Output schema.
@@ -113,11 +131,46 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         }
         if tasks.len() == node.parallelism as usize {
             let schema = tasks[0].schema();
+            let event_time = match &node.event_time {
+                None => None,
+                Some(e) => match schema.index_of(&e.column) {
+                    Ok(i) if matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) => {
+                        Some(SourceEventTime {
+                            column: i,
+                            max_out_of_orderness: e.max_out_of_orderness,
+                            idle_timeout: e.idle_timeout,
+                        })
+                    }
+                    Ok(i) => {
+                        p.errors.push(topology.source_map.at_key(
+                            &format!("{key}.event_time.column"),
+                            format!(
+                                "`{}` is {}; the event-time column must be a timestamp",
+                                e.column,
+                                schema.field(i).data_type()
+                            ),
+                        ));
+                        continue;
+                    }
+                    Err(_) => {
+                        p.errors.push(topology.source_map.at_key(
+                            &format!("{key}.event_time.column"),
+                            format!(
+                                "the source has no column `{}` (columns: {})",
+                                e.column,
+                                column_names(&schema)
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+            };
             schemas.insert(node.name.clone(), Arc::clone(&schema));
             sources.push(PlannedSource {
                 name: node.name.clone(),
                 tasks,
                 schema,
+                event_time,
             });
         }
     }
@@ -155,6 +208,22 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                     }
                 }
             }
+            StageKind::Window(spec) => match WindowPlan::new(spec, Arc::clone(&input)) {
+                Ok(w) => {
+                    schema = Some(w.output_schema());
+                    for _ in 0..node.parallelism {
+                        tasks.push(StageTask::Window(w.clone()));
+                    }
+                }
+                Err((field, message)) => {
+                    p.errors.push(
+                        topology
+                            .source_map
+                            .at_key(&format!("{key}.{field}"), message),
+                    );
+                    continue;
+                }
+            },
             StageKind::Step(use_) => {
                 let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
                     continue;
@@ -183,15 +252,16 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         }
         if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
             schemas.insert(node.name.clone(), Arc::clone(&schema));
-            let kind = if matches!(node.kind, StageKind::Sql(_)) {
-                "sql"
-            } else {
-                "step"
+            let (kind, key) = match &node.kind {
+                StageKind::Sql(_) => ("sql", None),
+                StageKind::Step(_) => ("step", None),
+                StageKind::Window(w) => ("window", Some(w.key.clone())),
             };
             stages.push(PlannedStage {
                 name: node.name.clone(),
                 inputs: node.inputs.clone(),
                 kind,
+                key,
                 tasks,
                 schema,
             });

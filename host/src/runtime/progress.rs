@@ -95,13 +95,19 @@ pub fn summary(metrics: &[Arc<StageMetrics>], elapsed: Duration) -> String {
         "stage", "kind", "rows in", "rows out", "dead-lettered"
     );
     for m in metrics {
+        let late = StageMetrics::get(&m.late_rows);
         out.push_str(&format!(
-            "{:<24} {:<7} {:>12} {:>12} {:>14}\n",
+            "{:<24} {:<7} {:>12} {:>12} {:>14}{}\n",
             m.name,
             m.kind,
             StageMetrics::get(&m.rows_in),
             StageMetrics::get(&m.rows_out),
-            StageMetrics::get(&m.dead_lettered)
+            StageMetrics::get(&m.dead_lettered),
+            if late > 0 {
+                format!("  ({late} late rows dropped)")
+            } else {
+                String::new()
+            }
         ));
     }
     out.push_str(&format!("finished in {:.2}s", elapsed.as_secs_f64()));

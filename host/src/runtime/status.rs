@@ -40,6 +40,9 @@ pub struct StageStatus {
     pub rows_out: u64,
     /// Rows dead-lettered.
     pub dead_lettered: u64,
+    /// Rows dropped as late (window stages).
+    #[serde(default)]
+    pub late_rows: u64,
 }
 
 /// The status record.
@@ -65,6 +68,9 @@ pub struct StatusRecord {
     pub last_checkpoint_bytes: Option<u64>,
     /// Per stage counters.
     pub stages: Vec<StageStatus>,
+    /// CPU milliseconds by thread family (Linux; absent elsewhere).
+    #[serde(default)]
+    pub cpu: Option<super::cpu::CpuByFamily>,
     /// The error, when FAILED.
     pub error: Option<String>,
 }
@@ -197,8 +203,10 @@ fn record(
                 rows_in: StageMetrics::get(&m.rows_in),
                 rows_out: StageMetrics::get(&m.rows_out),
                 dead_lettered: StageMetrics::get(&m.dead_lettered),
+                late_rows: StageMetrics::get(&m.late_rows),
             })
             .collect(),
+        cpu: super::cpu::sample(),
         error,
     }
 }

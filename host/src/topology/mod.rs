@@ -49,6 +49,90 @@ pub struct SourceNode {
     pub plugin: PluginUse,
     /// Number of tasks.
     pub parallelism: u32,
+    /// How its rows carry event time (and so its watermarks), if they do.
+    pub event_time: Option<EventTime>,
+}
+
+/// `event_time = { column = "…", max_out_of_orderness = "…", idle_timeout = "…" }`
+/// on a source: the column holding each row's event time, from which the
+/// source task derives its watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTime {
+    /// The timestamp column.
+    pub column: String,
+    /// How far behind the newest row a row may arrive (watermark lag).
+    pub max_out_of_orderness: Duration,
+    /// After this long without rows the task stops holding watermarks back.
+    pub idle_timeout: Duration,
+}
+
+/// An aggregate function of a window stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateFn {
+    /// `count(*)` or `count(col)` (non-null values).
+    Count,
+    /// `sum(col)`.
+    Sum,
+    /// `min(col)`.
+    Min,
+    /// `max(col)`.
+    Max,
+    /// `avg(col)`.
+    Avg,
+}
+
+/// One `"fn(column) AS alias"` of a window stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregate {
+    /// The function.
+    pub function: AggregateFn,
+    /// Its argument (`None` for `count(*)`).
+    pub column: Option<String>,
+    /// The output column.
+    pub alias: String,
+}
+
+/// A keyed event-time window aggregation (`window = { … }` on a stage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// The event-time column of the input.
+    pub time: String,
+    /// Window length.
+    pub size: Duration,
+    /// Distance between window starts (equal to `size` for tumbling windows).
+    pub slide: Duration,
+    /// Key columns (state is sharded by their hash).
+    pub key: Vec<String>,
+    /// What is computed per key and window.
+    pub aggregates: Vec<Aggregate>,
+}
+
+impl WindowSpec {
+    /// A one-line description; a restart refuses state written under
+    /// another one (the meaning of the stored accumulators would differ).
+    pub fn describe(&self) -> String {
+        let aggs: Vec<String> = self
+            .aggregates
+            .iter()
+            .map(|a| {
+                format!(
+                    "{:?}({}) AS {}",
+                    a.function,
+                    a.column.as_deref().unwrap_or("*"),
+                    a.alias
+                )
+                .to_lowercase()
+            })
+            .collect();
+        format!(
+            "window time={} size={}ms slide={}ms key=[{}] aggregates=[{}]",
+            self.time,
+            self.size.as_millis(),
+            self.slide.as_millis(),
+            self.key.join(", "),
+            aggs.join(", ")
+        )
+    }
 }
 
 /// What a stage does.
@@ -58,6 +142,8 @@ pub enum StageKind {
     Sql(String),
     /// A Wasm step.
     Step(PluginUse),
+    /// A keyed event-time window aggregation (stateful).
+    Window(WindowSpec),
 }
 
 /// A stage node.
@@ -240,5 +326,71 @@ plugin = "blackhole-sink"
         let text = err.to_string();
         assert!(text.contains("not a valid name"), "{text}");
         assert!(text.contains("either `sql` or a plugin"), "{text}");
+    }
+
+    #[test]
+    fn window_stages_and_event_time_parse_with_defaults() {
+        let t = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+event_time = { column = "date_time", max_out_of_orderness = "2s" }
+[stages.w]
+input = "bids"
+window = { time = "date_time", size = "10s", slide = "5s" }
+key = ["auction"]
+aggregates = ["count(*)", "SUM(price) as volume", "max(price)"]
+[sinks.k]
+input = "w"
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect("valid");
+        let e = t.sources[0].event_time.clone().expect("event time");
+        assert_eq!(e.column, "date_time");
+        assert_eq!(e.max_out_of_orderness, Duration::from_secs(2));
+        assert_eq!(e.idle_timeout, Duration::from_secs(30));
+        let StageKind::Window(w) = &t.stages[0].kind else {
+            panic!("not a window: {:?}", t.stages[0].kind);
+        };
+        assert_eq!(w.size, Duration::from_secs(10));
+        assert_eq!(w.slide, Duration::from_secs(5));
+        let names: Vec<&str> = w.aggregates.iter().map(|a| a.alias.as_str()).collect();
+        assert_eq!(names, vec!["count", "volume", "max_price"]);
+        assert_eq!(w.aggregates[1].function, AggregateFn::Sum);
+        assert_eq!(w.aggregates[1].column.as_deref(), Some("price"));
+    }
+
+    #[test]
+    fn window_mistakes_name_the_key_at_fault() {
+        let err = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+[stages.w]
+input = "bids"
+window = { time = "date_time", size = "10s", slide = "3s" }
+key = ["auction"]
+aggregates = ["median(price)", "count(*) AS n", "sum(price) AS n", "sum(*)"]
+[stages.s]
+input = "bids"
+sql = "SELECT * FROM bids"
+key = ["auction"]
+[sinks.k]
+input = "w"
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for expected in [
+            "`stages.w.window.slide`: the slide (3000ms) must divide the size (10000ms)",
+            "`stages.w.aggregates.0`: `median(price)` is not an aggregate",
+            "`stages.w.aggregates.2`: the output column `n` appears twice",
+            "`stages.w.aggregates.3`: `sum(*)` is not an aggregate",
+            "`stages.s.key`: `key` is for window stages",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
     }
 }

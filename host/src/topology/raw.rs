@@ -10,9 +10,12 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::de::{DeTable, DeValue};
 
+use std::time::Duration;
+
 use super::{
-    Diagnostic, Diagnostics, PluginRef, PluginUse, Settings, SinkNode, SourceMap, SourceNode,
-    StageKind, StageNode, Topology, parse_duration, parse_size,
+    Aggregate, AggregateFn, Diagnostic, Diagnostics, EventTime, PluginRef, PluginUse, Settings,
+    SinkNode, SourceMap, SourceNode, StageKind, StageNode, Topology, WindowSpec, parse_duration,
+    parse_size,
 };
 use crate::plugin::SandboxPolicy;
 
@@ -59,6 +62,28 @@ struct RawNode {
     allow_env: Option<Vec<String>>,
     memory_limit: Option<String>,
     call_timeout: Option<String>,
+    event_time: Option<RawEventTime>,
+    window: Option<RawWindow>,
+    key: Option<Vec<String>>,
+    aggregates: Option<Vec<String>>,
+}
+
+/// `event_time = { … }` on a source.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEventTime {
+    column: String,
+    max_out_of_orderness: Option<String>,
+    idle_timeout: Option<String>,
+}
+
+/// `window = { … }` on a stage.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    time: String,
+    size: String,
+    slide: Option<String>,
 }
 
 impl RawNode {
@@ -221,13 +246,18 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 "a source cannot run SQL; put the query in a stage",
             ));
         }
+        refuse_window_keys(&ctx, &key, &s, "a source", &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
+        let event_time = s
+            .event_time
+            .and_then(|e| ctx.event_time(&key, e, &mut errors));
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
         {
             sources.push(SourceNode {
                 name: n,
                 plugin,
                 parallelism,
+                event_time,
             });
         }
     }
@@ -238,6 +268,41 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         check_name(&ctx, &key, &n, &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
+        if s.event_time.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.event_time"),
+                "`event_time` belongs on a source: watermarks start where rows enter",
+            ));
+        }
+        if let Some(window) = s.window {
+            if s.sql.is_some() || s.plugin.is_some() || s.path.is_some() {
+                errors.push(map.at_key(
+                    &format!("{key}.window"),
+                    "a window stage computes `aggregates`; it takes no `sql`, `plugin` or `path`",
+                ));
+                continue;
+            }
+            if let Some(spec) = ctx.window(&key, window, s.key, s.aggregates, &mut errors) {
+                stages.push(StageNode {
+                    name: n,
+                    inputs,
+                    kind: StageKind::Window(spec),
+                    parallelism,
+                });
+            }
+            continue;
+        }
+        for (field, present) in [
+            ("key", s.key.is_some()),
+            ("aggregates", s.aggregates.is_some()),
+        ] {
+            if present {
+                errors.push(map.at_key(
+                    &format!("{key}.{field}"),
+                    format!("`{field}` is for window stages; add `window = {{ time = \"…\", size = \"…\" }}`"),
+                ));
+            }
+        }
         let kind = match (s.sql, s.plugin.is_some() || s.path.is_some()) {
             (Some(_), true) => {
                 errors.push(map.at_key(
@@ -283,6 +348,13 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 "a sink cannot run SQL; put the query in a stage",
             ));
         }
+        refuse_window_keys(&ctx, &key, &s, "a sink", &mut errors);
+        if s.event_time.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.event_time"),
+                "a sink has no `event_time`; it belongs on a source",
+            ));
+        }
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
@@ -310,6 +382,28 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         dead_letter: raw.dead_letter,
         source_map: map,
     })
+}
+
+/// Window keys on a node that is not a stage.
+fn refuse_window_keys(
+    ctx: &Ctx<'_>,
+    key: &str,
+    node: &RawNode,
+    role: &str,
+    errors: &mut Vec<Diagnostic>,
+) {
+    for (field, present) in [
+        ("window", node.window.is_some()),
+        ("key", node.key.is_some()),
+        ("aggregates", node.aggregates.is_some()),
+    ] {
+        if present {
+            errors.push(ctx.map.at_key(
+                &format!("{key}.{field}"),
+                format!("{role} has no `{field}`; put the aggregation in a window stage"),
+            ));
+        }
+    }
 }
 
 fn check_name(ctx: &Ctx<'_>, key: &str, name: &str, errors: &mut Vec<Diagnostic>) {
@@ -342,6 +436,119 @@ impl Ctx<'_> {
             Some(p) => p,
             None => 1,
         }
+    }
+
+    fn event_time(
+        &self,
+        key: &str,
+        raw: RawEventTime,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<EventTime> {
+        let mut duration = |field: &str, text: Option<String>, default: Duration| match text {
+            None => Some(default),
+            Some(t)
+                if field == "max_out_of_orderness"
+                    && t.trim().trim_end_matches(['m', 's']).trim() == "0" =>
+            {
+                Some(Duration::ZERO)
+            }
+            Some(t) => match parse_duration(&t) {
+                Ok(d) => Some(d),
+                Err(m) => {
+                    errors.push(self.map.at_key(&format!("{key}.event_time.{field}"), m));
+                    None
+                }
+            },
+        };
+        let ooo = duration(
+            "max_out_of_orderness",
+            raw.max_out_of_orderness,
+            Duration::ZERO,
+        );
+        let idle = duration("idle_timeout", raw.idle_timeout, Duration::from_secs(30));
+        Some(EventTime {
+            column: raw.column,
+            max_out_of_orderness: ooo?,
+            idle_timeout: idle?,
+        })
+    }
+
+    fn window(
+        &self,
+        key: &str,
+        raw: RawWindow,
+        keys: Option<Vec<String>>,
+        aggregates: Option<Vec<String>>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<WindowSpec> {
+        let before = errors.len();
+        let mut duration = |field: &str, text: &str| match parse_duration(text) {
+            Ok(d) if d.as_millis() > 0 => Some(d),
+            Ok(_) => {
+                errors.push(
+                    self.map
+                        .at_key(&format!("{key}.window.{field}"), "must be at least 1ms"),
+                );
+                None
+            }
+            Err(m) => {
+                errors.push(self.map.at_key(&format!("{key}.window.{field}"), m));
+                None
+            }
+        };
+        let size = duration("size", &raw.size);
+        let slide = match &raw.slide {
+            Some(s) => duration("slide", s),
+            None => size,
+        };
+        if let (Some(size), Some(slide)) = (size, slide)
+            && (slide > size || size.as_millis() % slide.as_millis() != 0)
+        {
+            errors.push(self.map.at_key(
+                &format!("{key}.window.slide"),
+                format!(
+                    "the slide ({}ms) must divide the size ({}ms): every row then belongs to size/slide windows",
+                    slide.as_millis(),
+                    size.as_millis()
+                ),
+            ));
+        }
+        let keys = keys.unwrap_or_default();
+        let mut parsed = Vec::new();
+        let aggregates = aggregates.unwrap_or_default();
+        if aggregates.is_empty() {
+            errors.push(self.map.at_key(
+                key,
+                "a window stage needs `aggregates = [\"count(*) AS n\", …]`",
+            ));
+        }
+        for (i, text) in aggregates.iter().enumerate() {
+            match parse_aggregate(text) {
+                Ok(a) => {
+                    if parsed.iter().any(|p: &Aggregate| p.alias == a.alias)
+                        || keys.contains(&a.alias)
+                        || ["window_start", "window_end"].contains(&a.alias.as_str())
+                    {
+                        errors.push(self.map.at_key(
+                            &format!("{key}.aggregates.{i}"),
+                            format!("the output column `{}` appears twice; give it another name with `AS`", a.alias),
+                        ));
+                    }
+                    parsed.push(a);
+                }
+                Err(m) => errors.push(self.map.at_key(&format!("{key}.aggregates.{i}"), m)),
+            }
+        }
+        if errors.len() > before {
+            return None;
+        }
+        Some(WindowSpec {
+            time: raw.time,
+            size: size?,
+            slide: slide?,
+            key: keys,
+            aggregates: parsed,
+        })
     }
 
     fn plugin_use(
@@ -429,6 +636,49 @@ impl Ctx<'_> {
         }
         policy
     }
+}
+
+/// Parse `"sum(price) AS volume"`, `"count(*)"`, `"max(price)"`.
+fn parse_aggregate(text: &str) -> Result<Aggregate, String> {
+    let usage = || {
+        format!(
+            "`{text}` is not an aggregate; write `fn(column) AS name` with fn one of count, sum, min, max, avg (count(*) counts rows)"
+        )
+    };
+    let (call, alias) = match text.to_ascii_lowercase().find(" as ") {
+        Some(i) => (text[..i].trim(), Some(text[i + 4..].trim().to_string())),
+        None => (text.trim(), None),
+    };
+    let open = call.find('(').ok_or_else(usage)?;
+    let arg = call[open + 1..].strip_suffix(')').ok_or_else(usage)?.trim();
+    let function = match call[..open].trim().to_ascii_lowercase().as_str() {
+        "count" => AggregateFn::Count,
+        "sum" => AggregateFn::Sum,
+        "min" => AggregateFn::Min,
+        "max" => AggregateFn::Max,
+        "avg" => AggregateFn::Avg,
+        _ => return Err(usage()),
+    };
+    let column = match arg {
+        "*" if function == AggregateFn::Count => None,
+        "" | "*" => return Err(usage()),
+        c => Some(c.to_string()),
+    };
+    let name = format!("{:?}", function).to_lowercase();
+    let alias = alias.unwrap_or_else(|| match &column {
+        Some(c) => format!("{name}_{c}"),
+        None => name,
+    });
+    if alias.is_empty() || !alias.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "`{alias}` is not a column name (letters, digits, `_`)"
+        ));
+    }
+    Ok(Aggregate {
+        function,
+        column,
+        alias,
+    })
 }
 
 /// TOML → JSON for plugin configs (datetimes become RFC 3339 strings).

@@ -1,0 +1,531 @@
+//! The [`EpochStore`]: manifests and state objects in a local directory or
+//! any object store (`s3://`, `gs://`, `az://`, `file://`), through the
+//! `object_store` crate.
+//!
+//! Layout under the store's root:
+//! - `manifests/epoch-<N, 20 digits>.json` — one per committed epoch;
+//! - `state/epoch-<N>/<stage>/task-<i>-vnodes-<a>-<b>.arrow` — snapshots.
+//!
+//! A manifest is one `put`, which every object store makes atomic (the
+//! local store writes a temporary file and renames it, then syncs), so it
+//! is either whole or absent: its existence is the commit point. State
+//! objects of an epoch without a manifest are partial and are cleaned.
+//!
+//! The store owns a small Tokio runtime for the object-store I/O; its
+//! blocking methods must never be called from inside that runtime.
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{BackoffConfig, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::manifest::Manifest;
+use crate::state::VnodeRange;
+
+/// Why the epoch store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    /// The store's location is not a directory or a supported URL.
+    #[error("epoch store `{location}`: {message}")]
+    Location {
+        /// What was given.
+        location: String,
+        /// Why it cannot be used.
+        message: String,
+    },
+    /// An object-store operation failed.
+    #[error("epoch store {location}: {operation} `{key}`: {source}")]
+    Store {
+        /// The store.
+        location: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The object.
+        key: String,
+        /// The error (boxed: it is large and errors travel by value).
+        source: Box<object_store::Error>,
+    },
+    /// A manifest could not be encoded.
+    #[error("encoding manifest {epoch}: {source}")]
+    Encode {
+        /// The epoch.
+        epoch: u64,
+        /// The error.
+        source: serde_json::Error,
+    },
+    /// A manifest could not be read back.
+    #[error("manifest {key} is unreadable: {message}")]
+    Corrupt {
+        /// The object.
+        key: String,
+        /// Why.
+        message: String,
+    },
+    /// A filesystem operation on a local store failed.
+    #[error("epoch store {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl EpochError {
+    /// Whether the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, EpochError::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))
+    }
+}
+
+const MANIFESTS: &str = "manifests";
+const STATE: &str = "state";
+const PREFIX: &str = "epoch-";
+const SUFFIX: &str = ".json";
+
+/// A cloud store for `url`, configured from the environment, with retries
+/// bounded so that an unreachable store fails a checkpoint in seconds
+/// rather than minutes.
+fn cloud_store(url: &url::Url) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(20),
+    };
+    let url = url.as_str();
+    Ok(match url.split(':').next() {
+        Some("gs") => Arc::new(
+            GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry)
+                .build()?,
+        ),
+        Some("az" | "abfs" | "abfss") => Arc::new(
+            MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry)
+                .build()?,
+        ),
+        _ => Arc::new(
+            AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_retry(retry)
+                .build()?,
+        ),
+    })
+}
+
+/// Manifests and state objects of one topology. Cheap to clone.
+#[derive(Clone)]
+pub struct EpochStore {
+    store: Arc<dyn ObjectStore>,
+    /// Key prefix inside `store` (empty for a local directory).
+    root: String,
+    /// The directory, for a local store (synced after a manifest lands).
+    local: Option<PathBuf>,
+    location: String,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for EpochStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EpochStore({})", self.location)
+    }
+}
+
+impl EpochStore {
+    /// Open the store at `location`: a directory (created), or a URL
+    /// `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///abs/dir`. Cloud
+    /// credentials and endpoints come from the usual environment variables
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …).
+    pub fn open(location: &str) -> Result<Self, EpochError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fv-epoch-io")
+            .enable_all()
+            .build()
+            .map_err(|source| EpochError::Io {
+                path: PathBuf::from(location),
+                source,
+            })?;
+        let bad = |message: String| EpochError::Location {
+            location: location.to_string(),
+            message,
+        };
+        let is_url = location.contains("://");
+        let dir = match location.strip_prefix("file://") {
+            Some(path) => Some(PathBuf::from(path)),
+            None if !is_url => Some(PathBuf::from(location)),
+            None => None,
+        };
+        let (store, root, local): (Arc<dyn ObjectStore>, String, Option<PathBuf>) = match dir {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|source| EpochError::Io {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let dir = dir.canonicalize().map_err(|source| EpochError::Io {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let fs = LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| bad(e.to_string()))?
+                    .with_automatic_cleanup(true);
+                (Arc::new(fs), String::new(), Some(dir))
+            }
+            None => {
+                let url = url::Url::parse(location).map_err(|e| bad(e.to_string()))?;
+                if !matches!(url.scheme(), "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss") {
+                    return Err(bad(format!(
+                        "unsupported scheme `{}`; use a directory, file://, s3://, gs:// or az://",
+                        url.scheme()
+                    )));
+                }
+                let store = cloud_store(&url).map_err(|e| bad(e.to_string()))?;
+                let prefix = url.path().trim_matches('/').to_string();
+                (store, prefix, None)
+            }
+        };
+        Ok(EpochStore {
+            store,
+            root,
+            local,
+            location: location.to_string(),
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// Where the store is, as given.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn path(&self, key: &str) -> Path {
+        if self.root.is_empty() {
+            Path::from(key)
+        } else {
+            Path::from(format!("{}/{key}", self.root))
+        }
+    }
+
+    /// The key of the manifest of `epoch`.
+    pub fn manifest_key(epoch: u64) -> String {
+        format!("{MANIFESTS}/{PREFIX}{epoch:020}{SUFFIX}")
+    }
+
+    /// The key of a state object.
+    pub fn state_key(epoch: u64, stage: &str, task: u32, vnodes: VnodeRange) -> String {
+        format!(
+            "{STATE}/{PREFIX}{epoch:020}/{stage}/task-{task}-vnodes-{}-{}.arrow",
+            vnodes.start, vnodes.end
+        )
+    }
+
+    fn err(&self, operation: &'static str, key: &str, source: object_store::Error) -> EpochError {
+        EpochError::Store {
+            location: self.location.clone(),
+            operation,
+            key: key.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Read an object.
+    pub fn get(&self, key: &str) -> Result<Vec<u8>, EpochError> {
+        let path = self.path(key);
+        self.runtime
+            .block_on(async {
+                let r = self.store.get(&path).await?;
+                r.bytes().await
+            })
+            .map(|b| b.to_vec())
+            .map_err(|e| self.err("reading", key, e))
+    }
+
+    /// Write an object (atomically: readers see all of it or none).
+    pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), EpochError> {
+        let path = self.path(key);
+        self.runtime
+            .block_on(self.store.put(&path, PutPayload::from(bytes)))
+            .map(|_| ())
+            .map_err(|e| self.err("writing", key, e))
+    }
+
+    /// Write an object in the background and call `done` with the outcome:
+    /// the caller hands its snapshot off and goes on with the data.
+    pub fn put_in_background(
+        &self,
+        key: String,
+        bytes: Vec<u8>,
+        done: impl FnOnce(Result<(), EpochError>) + Send + 'static,
+    ) {
+        let store = Arc::clone(&self.store);
+        let path = self.path(&key);
+        let location = self.location.clone();
+        self.runtime.spawn(async move {
+            let result = store
+                .put(&path, PutPayload::from(bytes))
+                .await
+                .map(|_| ())
+                .map_err(|source| EpochError::Store {
+                    location,
+                    operation: "writing",
+                    key,
+                    source: Box::new(source),
+                });
+            done(result);
+        });
+    }
+
+    fn delete(&self, key: &str) -> Result<(), EpochError> {
+        let path = self.path(key);
+        match self.runtime.block_on(self.store.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("deleting", key, e)),
+        }
+    }
+
+    /// Keys (relative to the root) of the objects and sub-prefixes directly
+    /// under `prefix`.
+    fn list(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), EpochError> {
+        let path = self.path(prefix);
+        let listed = self
+            .runtime
+            .block_on(self.store.list_with_delimiter(Some(&path)))
+            .map_err(|e| self.err("listing", prefix, e))?;
+        let strip = |p: &Path| -> String {
+            let s = p.to_string();
+            match self.root.is_empty() {
+                true => s,
+                false => s
+                    .strip_prefix(&format!("{}/", self.root))
+                    .unwrap_or(&s)
+                    .to_string(),
+            }
+        };
+        Ok((
+            listed.objects.iter().map(|o| strip(&o.location)).collect(),
+            listed.common_prefixes.iter().map(strip).collect(),
+        ))
+    }
+
+    /// Delete every object under `prefix`, recursively.
+    fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
+        let (objects, dirs) = self.list(prefix)?;
+        for o in objects {
+            self.delete(&o)?;
+        }
+        for d in dirs {
+            self.delete_prefix(&d)?;
+        }
+        Ok(())
+    }
+
+    fn epoch_of(key: &str) -> Option<u64> {
+        let name = key.rsplit('/').next()?;
+        name.strip_prefix(PREFIX)
+            .map(|n| n.strip_suffix(SUFFIX).unwrap_or(n))
+            .and_then(|n| n.parse().ok())
+    }
+
+    /// Epochs that have a manifest, oldest first.
+    pub fn epochs(&self) -> Result<Vec<u64>, EpochError> {
+        let (objects, _) = self.list(MANIFESTS)?;
+        let mut epochs: Vec<u64> = objects
+            .iter()
+            .filter(|k| k.ends_with(SUFFIX))
+            .filter_map(|k| Self::epoch_of(k))
+            .collect();
+        epochs.sort_unstable();
+        Ok(epochs)
+    }
+
+    /// Epochs that have state objects, oldest first.
+    fn state_epochs(&self) -> Result<Vec<u64>, EpochError> {
+        let (_, dirs) = self.list(STATE)?;
+        let mut epochs: Vec<u64> = dirs.iter().filter_map(|k| Self::epoch_of(k)).collect();
+        epochs.sort_unstable();
+        Ok(epochs)
+    }
+
+    /// Read the manifest of `epoch`.
+    pub fn read_manifest(&self, epoch: u64) -> Result<Manifest, EpochError> {
+        let key = Self::manifest_key(epoch);
+        let bytes = self.get(&key)?;
+        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| EpochError::Corrupt {
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        if m.epoch != epoch {
+            return Err(EpochError::Corrupt {
+                key,
+                message: format!("it says epoch {}", m.epoch),
+            });
+        }
+        Ok(m)
+    }
+
+    /// The newest manifest that reads back whole.
+    pub fn latest(&self) -> Result<Option<Manifest>, EpochError> {
+        for epoch in self.epochs()?.into_iter().rev() {
+            match self.read_manifest(epoch) {
+                Ok(m) => return Ok(Some(m)),
+                Err(e) => tracing::warn!("ignoring epoch {epoch}: {e}"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Write `manifest`: from now on its epoch is committed. Returns its
+    /// size in bytes.
+    pub fn write(&self, manifest: &Manifest) -> Result<u64, EpochError> {
+        let bytes = serde_json::to_vec_pretty(manifest).map_err(|source| EpochError::Encode {
+            epoch: manifest.epoch,
+            source,
+        })?;
+        let size = bytes.len() as u64;
+        let key = Self::manifest_key(manifest.epoch);
+        self.put(&key, bytes)?;
+        if let Some(dir) = &self.local {
+            // The local store renames into place; make file and rename durable.
+            let sync = |p: &FsPath| {
+                std::fs::File::open(p)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|source| EpochError::Io {
+                        path: p.to_path_buf(),
+                        source,
+                    })
+            };
+            sync(&dir.join(&key))?;
+            sync(&dir.join(MANIFESTS))?;
+        }
+        Ok(size)
+    }
+
+    /// Keep the newest `keep` manifests and the state they name; delete
+    /// older ones.
+    pub fn retain(&self, keep: usize) -> Result<(), EpochError> {
+        let epochs = self.epochs()?;
+        let excess = epochs.len().saturating_sub(keep.max(1));
+        let Some(&oldest_kept) = epochs.get(excess) else {
+            return Ok(());
+        };
+        for &epoch in &epochs[..excess] {
+            self.delete(&Self::manifest_key(epoch))?;
+        }
+        for epoch in self.state_epochs()? {
+            if epoch < oldest_kept {
+                self.delete_prefix(&format!("{STATE}/{PREFIX}{epoch:020}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete manifests and state of every epoch after `epoch` (all of
+    /// them for `None`): partial epochs of a crashed run, or epochs a
+    /// restart could not use.
+    pub fn discard_after(&self, epoch: Option<u64>) -> Result<(), EpochError> {
+        let newer = |e: u64| epoch.is_none_or(|k| e > k);
+        for e in self.epochs()? {
+            if newer(e) {
+                self.delete(&Self::manifest_key(e))?;
+            }
+        }
+        for e in self.state_epochs()? {
+            if newer(e) {
+                self.delete_prefix(&format!("{STATE}/{PREFIX}{e:020}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove every manifest and state object (`--from-scratch`).
+    pub fn clear(&self) -> Result<(), EpochError> {
+        self.discard_after(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::epoch::SplitPositionRecord;
+    use crate::epoch::manifest::StageState;
+    use crate::state::StateObject;
+    use std::collections::BTreeMap;
+
+    fn manifest(epoch: u64, state_key: String) -> Manifest {
+        Manifest {
+            format: 1,
+            topology: "t".into(),
+            epoch,
+            topology_digest: "d".into(),
+            plugins: BTreeMap::new(),
+            sources: BTreeMap::from([(
+                "s".to_string(),
+                vec![SplitPositionRecord {
+                    split: "a".into(),
+                    position: hex::encode([1u8, 2]),
+                }],
+            )]),
+            sinks: BTreeMap::from([("k".to_string(), BTreeMap::from([(0, hex::encode(b"h"))]))]),
+            state: BTreeMap::from([(
+                "agg".to_string(),
+                StageState {
+                    format: "f".into(),
+                    objects: vec![StateObject {
+                        task: 0,
+                        vnodes: VnodeRange::all(),
+                        key: state_key,
+                        sha256: String::new(),
+                        bytes: 1,
+                    }],
+                },
+            )]),
+        }
+    }
+
+    #[test]
+    fn latest_skips_torn_manifests_and_retain_drops_old_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("open");
+        assert_eq!(store.latest().expect("latest"), None);
+        for e in 1..=4 {
+            let key = EpochStore::state_key(e, "agg", 0, VnodeRange::all());
+            store.put(&key, vec![e as u8]).expect("state");
+            store.write(&manifest(e, key)).expect("write");
+        }
+        // A torn manifest (a crash mid-write on a store without atomic
+        // rename) and state of an epoch that never committed.
+        std::fs::write(dir.path().join(EpochStore::manifest_key(6)), b"{\"torn").expect("torn");
+        let partial = EpochStore::state_key(7, "agg", 0, VnodeRange::all());
+        store.put(&partial, vec![7]).expect("partial");
+        let latest = store.latest().expect("latest").expect("some");
+        assert_eq!(latest.epoch, 4);
+        assert_eq!(latest.positions("s"), vec![("a".to_string(), vec![1, 2])]);
+        assert_eq!(latest.sink_handle("k", 0), Some(b"h".to_vec()));
+        store.discard_after(Some(4)).expect("discard");
+        assert_eq!(store.epochs().expect("epochs"), vec![1, 2, 3, 4]);
+        assert!(store.get(&partial).is_err());
+        store.retain(2).expect("retain");
+        assert_eq!(store.epochs().expect("epochs"), vec![3, 4]);
+        assert_eq!(store.state_epochs().expect("state"), vec![3, 4]);
+        let kept = EpochStore::state_key(3, "agg", 0, VnodeRange::all());
+        assert_eq!(store.get(&kept).expect("kept"), vec![3]);
+        store.clear().expect("clear");
+        assert!(store.epochs().expect("epochs").is_empty());
+        assert!(store.state_epochs().expect("state").is_empty());
+    }
+
+    #[test]
+    fn unsupported_urls_are_refused_with_the_location() {
+        let e = EpochStore::open("ftp://host/x").expect_err("ftp");
+        assert!(e.to_string().contains("ftp://host/x"), "{e}");
+        assert!(e.to_string().contains("unsupported scheme"), "{e}");
+    }
+}

@@ -1,0 +1,176 @@
+//! The epoch store on a real S3-compatible server: moto's server
+//! (`moto_server`, installed by `.ci/run` from PyPI), started on 127.0.0.1
+//! by the test and stopped with it. The same stateful crash harness as on
+//! the local directory must hold.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::stateful::{assert_same_as_reference, windows};
+use crate::support::{Scratch, assert_exit, crash_seed, next_random};
+
+/// A running moto S3 server; killed on drop.
+struct S3Server {
+    child: Child,
+    port: u16,
+}
+
+impl S3Server {
+    fn start() -> S3Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server (pip install 'moto[server]'; .ci/run does)");
+        let server = S3Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Create a bucket (moto checks no signature on this call).
+    fn create_bucket(&self, bucket: &str) {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        write!(
+            conn,
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .expect("request");
+        let mut response = String::new();
+        conn.read_to_string(&mut response).expect("response");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
+    /// Keys under `prefix` in `bucket` (ListObjectsV2, unsigned).
+    fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        write!(
+            conn,
+            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .expect("request");
+        let mut response = String::new();
+        conn.read_to_string(&mut response).expect("response");
+        response
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split("</Key>").next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT", self.endpoint()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn the_s3_epoch_store_survives_the_stateful_crash_harness() {
+    let server = S3Server::start();
+    server.create_bucket("fvhost");
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let args = [
+        "run",
+        "t.toml",
+        "--no-progress",
+        "--epoch-store",
+        "s3://fvhost/runs/win",
+    ];
+    let seed = crash_seed("S3 crash harness");
+    let mut state = seed;
+    let s = Scratch::new();
+    s.write("t.toml", &windows(4000));
+    for kill in 1..=20 {
+        let mut child = s.spawn_fvhost_env(&args, &env);
+        std::thread::sleep(Duration::from_millis(150 + next_random(&mut state) % 600));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended before kill {kill} (seed {seed})"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    let keys = server.keys("fvhost", "runs/win/manifests/");
+    assert!(!keys.is_empty(), "manifests live in the bucket");
+    let last = s.fvhost_env(&args, &env);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    assert_same_as_reference(&s, &format!("S3 store after 20 kills (seed {seed})"));
+    assert!(
+        !s.path().join(".fvhost/win/manifests").exists(),
+        "nothing was checkpointed locally"
+    );
+    let manifests = server.keys("fvhost", "runs/win/manifests/");
+    assert!(
+        (1..=3).contains(&manifests.len()),
+        "old manifests are collected in the bucket: {manifests:?}"
+    );
+    let state = server.keys("fvhost", "runs/win/state/");
+    assert!(
+        state.iter().all(|k| k.ends_with(".arrow")) && !state.is_empty(),
+        "{state:?}"
+    );
+}
+
+#[test]
+fn an_unreachable_object_store_fails_the_run_with_its_url() {
+    let s = Scratch::new();
+    s.write("t.toml", &windows(20000));
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let run = s.fvhost_env(
+        &[
+            "run",
+            "t.toml",
+            "--no-progress",
+            "--epoch-store",
+            "s3://nowhere/x",
+        ],
+        &[
+            ("AWS_ENDPOINT", &format!("http://127.0.0.1:{port}")),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("s3://nowhere/x"), "{}", run.stderr);
+}

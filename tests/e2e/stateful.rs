@@ -1,0 +1,252 @@
+//! Exactly-once with keyed state: a window stage (state sharded over vnodes,
+//! snapshotted per epoch) killed at random moments and at the narrow points
+//! of the checkpoint protocol, restarted with another parallelism, resumed
+//! past a corrupted snapshot — its committed output must equal, row for
+//! row, the output of one uninterrupted run.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::support::{Scratch, assert_exit, crash_seed, next_random};
+
+/// Nexmark bids from two generator tasks → per-auction tumbling windows of
+/// 200 ms of event time, on two tasks (a key shuffle) → JSON-lines files.
+pub const WINDOWS: &str = r#"
+name = "win"
+
+[checkpoint]
+interval = "250ms"
+
+[sources.bids]
+plugin = "generator"
+parallelism = 2
+config = { kind = "nexmark", stream = "bid", events = 40000, seed = 3, rate = RATE }
+event_time = { column = "date_time" }
+
+[stages.per_auction]
+input = "bids"
+window = { time = "date_time", size = "200ms" }
+key = ["auction"]
+aggregates = ["count(*) AS bids", "max(price) AS top", "sum(price) AS volume", "avg(price)"]
+parallelism = 2
+
+[sinks.out]
+input = "per_auction"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out" }
+"#;
+
+/// The topology at `rate` events per second of wall-clock time.
+pub fn windows(rate: u32) -> String {
+    WINDOWS.replace("RATE", &rate.to_string())
+}
+
+/// The output of one uninterrupted run at full speed, computed once.
+pub fn reference() -> &'static [String] {
+    static REFERENCE: OnceLock<Vec<String>> = OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let s = Scratch::new();
+        s.write("t.toml", &windows(0).replace(", rate = 0", ""));
+        assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+        let lines = s.output_lines("out");
+        assert!(lines.len() > 300, "windows fired: {}", lines.len());
+        lines
+    })
+}
+
+/// The committed output equals the reference, without listing 10k lines.
+#[track_caller]
+pub fn assert_same_as_reference(s: &Scratch, context: &str) {
+    let lines = s.output_lines("out");
+    let reference = reference();
+    if lines != reference {
+        let missing = reference.iter().filter(|l| !lines.contains(l)).count();
+        let extra = lines.iter().filter(|l| !reference.contains(l)).count();
+        panic!(
+            "{context}: {} rows committed, {} expected; {missing} missing, {extra} unexpected (first: {:?})",
+            lines.len(),
+            reference.len(),
+            lines.iter().find(|l| !reference.contains(l))
+        );
+    }
+}
+
+/// Run `t.toml` until it dies at `point:epoch` of the protocol.
+#[track_caller]
+fn crash_at(s: &Scratch, crash_at: &str) {
+    let crashed = s.fvhost_env(
+        &["run", "t.toml", "--no-progress"],
+        &[("FVHOST_CRASH_AT", crash_at)],
+    );
+    assert!(
+        crashed.stderr.contains("FVHOST_CRASH_AT: dying at"),
+        "the run reached {crash_at}: {}",
+        crashed.stderr
+    );
+    assert_ne!(crashed.code, 0);
+}
+
+/// Run `t.toml` to the end; it must resume after `epoch`.
+#[track_caller]
+fn resume_after(s: &Scratch, epoch: u64) -> crate::support::Run {
+    let resumed = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&resumed, 0);
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("resumed after epoch {epoch}\n")),
+        "{}",
+        resumed.stderr
+    );
+    resumed
+}
+
+#[test]
+fn window_output_is_deterministic_and_fires_every_window() {
+    let lines = reference();
+    // Every row is one (window, auction); counts add up to the bids.
+    let mut total = 0;
+    for l in lines {
+        let row: serde_json::Value = serde_json::from_str(l).expect("json");
+        let bids = row["bids"].as_i64().expect("bids");
+        let volume = row["volume"].as_i64().expect("volume");
+        let avg = row["avg_price"].as_f64().expect("avg");
+        assert!(
+            (avg - volume as f64 / bids as f64).abs() < 1e-6 * avg.max(1.0),
+            "{l}"
+        );
+        assert!(row["top"].as_i64().expect("top") * bids >= volume, "{l}");
+        total += bids;
+    }
+    // 46 of every 50 Nexmark events are bids.
+    assert_eq!(total, 40000 / 50 * 46);
+}
+
+#[cfg(unix)]
+#[test]
+fn window_runs_killed_at_random_moments_equal_one_uninterrupted_run() {
+    let seed = crash_seed("stateful crash harness");
+    let mut state = seed;
+    let s = Scratch::new();
+    // ~10 s of input: every kill lands mid-stream.
+    s.write("t.toml", &windows(4000));
+    for kill in 1..=20 {
+        let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+        std::thread::sleep(Duration::from_millis(100 + next_random(&mut state) % 600));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended before kill {kill} (seed {seed})"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    assert_same_as_reference(&s, &format!("after 20 kills (seed {seed})"));
+    let state_epochs = s.files(".fvhost/win/state");
+    assert!(
+        state_epochs.len() <= 3,
+        "old snapshots are collected: {state_epochs:?}"
+    );
+}
+
+#[test]
+fn crashes_between_snapshot_and_manifest_and_between_manifest_and_commit_lose_nothing() {
+    for point in ["after-state:2", "after-manifest:3"] {
+        let s = Scratch::new();
+        s.write("t.toml", &windows(20000));
+        crash_at(&s, point);
+        let epoch = point.split(':').nth(1).and_then(|e| e.parse::<u64>().ok());
+        // A crash before the manifest resumes from the epoch before.
+        let resumed = match point.starts_with("after-state") {
+            true => epoch.map(|e| e - 1),
+            false => epoch,
+        };
+        resume_after(&s, resumed.expect("epoch"));
+        assert_same_as_reference(&s, point);
+    }
+}
+
+#[test]
+fn a_restart_with_another_parallelism_re_maps_state_by_vnode() {
+    let s = Scratch::new();
+    s.write("t.toml", &windows(20000));
+    crash_at(&s, "after-manifest:4");
+    // Two window tasks wrote the state; three read it back.
+    s.write(
+        "t.toml",
+        &windows(20000).replace("parallelism = 2\n\n[sinks", "parallelism = 3\n\n[sinks"),
+    );
+    resume_after(&s, 4);
+    assert_same_as_reference(&s, "parallelism 2 → 3");
+}
+
+#[test]
+fn a_corrupt_or_truncated_snapshot_falls_back_to_the_previous_epoch() {
+    for damage in ["flip", "truncate"] {
+        let s = Scratch::new();
+        s.write("t.toml", &windows(20000));
+        crash_at(&s, "after-manifest:4");
+        let dir = s
+            .path()
+            .join(".fvhost/win/state/epoch-00000000000000000004/per_auction");
+        let object = std::fs::read_dir(&dir)
+            .expect("epoch 4 state")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "arrow"))
+            .expect("a state object");
+        let mut bytes = std::fs::read(&object).expect("read");
+        match damage {
+            "flip" => {
+                let mid = bytes.len() / 2;
+                bytes[mid] ^= 0x40;
+            }
+            _ => bytes.truncate(bytes.len() / 3),
+        }
+        std::fs::write(&object, bytes).expect("damage");
+        let resumed = resume_after(&s, 3);
+        assert!(
+            resumed.stderr.contains("cannot resume from epoch 4")
+                && resumed.stderr.contains("is corrupt")
+                && resumed
+                    .stderr
+                    .contains("falling back to the previous complete epoch"),
+            "{damage}: {}",
+            resumed.stderr
+        );
+        // Epoch 4 never committed its output, so falling back loses nothing.
+        assert_same_as_reference(&s, damage);
+    }
+}
+
+#[test]
+fn a_window_stage_changed_incompatibly_is_refused_with_the_stage_and_why() {
+    let s = Scratch::new();
+    s.write("t.toml", &windows(20000));
+    crash_at(&s, "after-manifest:2");
+    s.write(
+        "t.toml",
+        &windows(20000).replace("size = \"200ms\"", "size = \"1s\""),
+    );
+    let refused = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&refused, 2);
+    assert!(
+        refused
+            .stderr
+            .contains("stage `per_auction` changed incompatibly")
+            && refused.stderr.contains("size=200ms")
+            && refused.stderr.contains("size=1000ms")
+            && refused.stderr.contains("--from-scratch"),
+        "{}",
+        refused.stderr
+    );
+    let fresh = s.fvhost(&["run", "t.toml", "--no-progress", "--from-scratch"]);
+    assert_exit(&fresh, 0);
+}
