@@ -225,7 +225,7 @@ fn run_pipeline(
     watch: Option<crossbeam_channel::Sender<Vec<Arc<StageMetrics>>>>,
 ) -> (Vec<Arc<StageMetrics>>, Arc<RunControl>) {
     let text = format!(
-        "name = \"bench\"\nbatch_size = 8192\n[checkpoint]\ninterval = \"{checkpoint}\"\n[sources.bids]\nplugin = \"generator\"\nconfig = {{ stream = \"bid\", events = {events} }}\nevent_time = {{ column = \"date_time\" }}\n{middle}\n[sinks.out]\ninput = \"{input}\"\nplugin = \"blackhole-sink\"\n",
+        "name = \"bench\"\nbatch_size = 8192\n[checkpoint]\ninterval = \"{checkpoint}\"\n[sources.bids]\nplugin = \"generator\"\nconfig = {{ stream = \"bid\", events = {events} }}\nwatermark = {{ column = \"date_time\" }}\n{middle}\n[sinks.out]\ninput = \"{input}\"\nplugin = \"blackhole-sink\"\n",
         input = if middle.is_empty() { "bids" } else { "filter" }
     );
     let file = dir.join("bench.toml");
@@ -279,6 +279,7 @@ fn snapshot_size(groups: usize) {
         time: "date_time".into(),
         size: Duration::from_secs(3600),
         slide: Duration::from_secs(3600),
+        allowed_lateness: Duration::ZERO,
         key: vec!["auction".into()],
         aggregates: vec![
             Aggregate {

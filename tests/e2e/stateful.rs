@@ -21,7 +21,7 @@ interval = "250ms"
 plugin = "generator"
 parallelism = 2
 config = { kind = "nexmark", stream = "bid", events = 40000, seed = 3, rate = RATE }
-event_time = { column = "date_time" }
+watermark = { column = "date_time" }
 
 [stages.per_auction]
 input = "bids"

@@ -493,7 +493,7 @@ impl WatermarkClock {
         let Some(seen) = self.max_seen else {
             return Ok(None);
         };
-        let lag = e.max_out_of_orderness.as_micros() as i64;
+        let lag = e.delay.as_micros() as i64;
         let w = Watermark::At(seen.saturating_sub(lag));
         let send = match self.emitted {
             Some(Watermark::At(old)) => Watermark::At(old) != w,

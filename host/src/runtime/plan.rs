@@ -35,7 +35,7 @@ pub struct SourceEventTime {
     /// Index of the timestamp column.
     pub column: usize,
     /// Watermark lag behind the newest row.
-    pub max_out_of_orderness: std::time::Duration,
+    pub delay: std::time::Duration,
     /// Idle time after which the task stops holding watermarks back.
     pub idle_timeout: std::time::Duration,
 }
@@ -137,13 +137,13 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                     Ok(i) if matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) => {
                         Some(SourceEventTime {
                             column: i,
-                            max_out_of_orderness: e.max_out_of_orderness,
+                            delay: e.delay,
                             idle_timeout: e.idle_timeout,
                         })
                     }
                     Ok(i) => {
                         p.errors.push(topology.source_map.at_key(
-                            &format!("{key}.event_time.column"),
+                            &format!("{key}.watermark.column"),
                             format!(
                                 "`{}` is {}; the event-time column must be a timestamp",
                                 e.column,
@@ -154,7 +154,7 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                     }
                     Err(_) => {
                         p.errors.push(topology.source_map.at_key(
-                            &format!("{key}.event_time.column"),
+                            &format!("{key}.watermark.column"),
                             format!(
                                 "the source has no column `{}` (columns: {})",
                                 e.column,

@@ -53,7 +53,7 @@ pub struct SourceNode {
     pub event_time: Option<EventTime>,
 }
 
-/// `event_time = { column = "…", max_out_of_orderness = "…", idle_timeout = "…" }`
+/// `watermark = { column = "…", delay = "…", idle_timeout = "…" }`
 /// on a source: the column holding each row's event time, from which the
 /// source task derives its watermark.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct EventTime {
     /// The timestamp column.
     pub column: String,
     /// How far behind the newest row a row may arrive (watermark lag).
-    pub max_out_of_orderness: Duration,
+    pub delay: Duration,
     /// After this long without rows the task stops holding watermarks back.
     pub idle_timeout: Duration,
 }
@@ -101,6 +101,8 @@ pub struct WindowSpec {
     pub size: Duration,
     /// Distance between window starts (equal to `size` for tumbling windows).
     pub slide: Duration,
+    /// How long after its end a window still takes rows (it fires then).
+    pub allowed_lateness: Duration,
     /// Key columns (state is sharded by their hash).
     pub key: Vec<String>,
     /// What is computed per key and window.
@@ -334,7 +336,7 @@ plugin = "blackhole-sink"
             r#"
 [sources.bids]
 plugin = "generator"
-event_time = { column = "date_time", max_out_of_orderness = "2s" }
+watermark = { column = "date_time", delay = "2s" }
 [stages.w]
 input = "bids"
 window = { time = "date_time", size = "10s", slide = "5s" }
@@ -348,7 +350,7 @@ plugin = "blackhole-sink"
         .expect("valid");
         let e = t.sources[0].event_time.clone().expect("event time");
         assert_eq!(e.column, "date_time");
-        assert_eq!(e.max_out_of_orderness, Duration::from_secs(2));
+        assert_eq!(e.delay, Duration::from_secs(2));
         assert_eq!(e.idle_timeout, Duration::from_secs(30));
         let StageKind::Window(w) = &t.stages[0].kind else {
             panic!("not a window: {:?}", t.stages[0].kind);

@@ -62,18 +62,18 @@ struct RawNode {
     allow_env: Option<Vec<String>>,
     memory_limit: Option<String>,
     call_timeout: Option<String>,
-    event_time: Option<RawEventTime>,
+    watermark: Option<RawEventTime>,
     window: Option<RawWindow>,
     key: Option<Vec<String>>,
     aggregates: Option<Vec<String>>,
 }
 
-/// `event_time = { … }` on a source.
+/// `watermark = { … }` on a source.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEventTime {
     column: String,
-    max_out_of_orderness: Option<String>,
+    delay: Option<String>,
     idle_timeout: Option<String>,
 }
 
@@ -84,6 +84,7 @@ struct RawWindow {
     time: String,
     size: String,
     slide: Option<String>,
+    allowed_lateness: Option<String>,
 }
 
 impl RawNode {
@@ -249,7 +250,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         refuse_window_keys(&ctx, &key, &s, "a source", &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let event_time = s
-            .event_time
+            .watermark
             .and_then(|e| ctx.event_time(&key, e, &mut errors));
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
         {
@@ -268,10 +269,10 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         check_name(&ctx, &key, &n, &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
-        if s.event_time.is_some() {
+        if s.watermark.is_some() {
             errors.push(map.at_key(
-                &format!("{key}.event_time"),
-                "`event_time` belongs on a source: watermarks start where rows enter",
+                &format!("{key}.watermark"),
+                "`watermark` belongs on a source: watermarks start where rows enter",
             ));
         }
         if let Some(window) = s.window {
@@ -349,10 +350,10 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
             ));
         }
         refuse_window_keys(&ctx, &key, &s, "a sink", &mut errors);
-        if s.event_time.is_some() {
+        if s.watermark.is_some() {
             errors.push(map.at_key(
-                &format!("{key}.event_time"),
-                "a sink has no `event_time`; it belongs on a source",
+                &format!("{key}.watermark"),
+                "a sink has no `watermark`; it belongs on a source",
             ));
         }
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
@@ -382,6 +383,11 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         dead_letter: raw.dead_letter,
         source_map: map,
     })
+}
+
+/// `"0"`, `"0s"`, `"0ms"`: durations that may be zero.
+fn is_zero(text: &str) -> bool {
+    text.trim().trim_end_matches(['m', 's']).trim() == "0"
 }
 
 /// Window keys on a node that is not a stage.
@@ -446,29 +452,20 @@ impl Ctx<'_> {
     ) -> Option<EventTime> {
         let mut duration = |field: &str, text: Option<String>, default: Duration| match text {
             None => Some(default),
-            Some(t)
-                if field == "max_out_of_orderness"
-                    && t.trim().trim_end_matches(['m', 's']).trim() == "0" =>
-            {
-                Some(Duration::ZERO)
-            }
+            Some(t) if field == "delay" && is_zero(&t) => Some(Duration::ZERO),
             Some(t) => match parse_duration(&t) {
                 Ok(d) => Some(d),
                 Err(m) => {
-                    errors.push(self.map.at_key(&format!("{key}.event_time.{field}"), m));
+                    errors.push(self.map.at_key(&format!("{key}.watermark.{field}"), m));
                     None
                 }
             },
         };
-        let ooo = duration(
-            "max_out_of_orderness",
-            raw.max_out_of_orderness,
-            Duration::ZERO,
-        );
+        let ooo = duration("delay", raw.delay, Duration::ZERO);
         let idle = duration("idle_timeout", raw.idle_timeout, Duration::from_secs(30));
         Some(EventTime {
             column: raw.column,
-            max_out_of_orderness: ooo?,
+            delay: ooo?,
             idle_timeout: idle?,
         })
     }
@@ -500,6 +497,11 @@ impl Ctx<'_> {
         let slide = match &raw.slide {
             Some(s) => duration("slide", s),
             None => size,
+        };
+        let allowed_lateness = match &raw.allowed_lateness {
+            None => Some(Duration::ZERO),
+            Some(t) if is_zero(t) => Some(Duration::ZERO),
+            Some(t) => duration("allowed_lateness", t),
         };
         if let (Some(size), Some(slide)) = (size, slide)
             && (slide > size || size.as_millis() % slide.as_millis() != 0)
@@ -546,6 +548,7 @@ impl Ctx<'_> {
             time: raw.time,
             size: size?,
             slide: slide?,
+            allowed_lateness: allowed_lateness?,
             key: keys,
             aggregates: parsed,
         })

@@ -3,8 +3,9 @@
 //! Each row is assigned to the `size / slide` windows that contain its
 //! event time and folded into the accumulators of its (window, key) group.
 //! A window fires — one row per key, ordered by key — once the task's
-//! watermark passes its end; its state is then dropped. A row whose every
-//! window has already fired is late: counted and dropped.
+//! watermark passes its end plus the allowed lateness; its state is then
+//! dropped. A row whose every window has already fired is late: counted
+//! and dropped, so it never changes an emitted result.
 //!
 //! State is held per group with the group's vnode, and snapshotted at each
 //! barrier as one Arrow IPC object per task (see [`WindowAggregate::snapshot`]);
@@ -13,6 +14,8 @@
 //! only what the watermarks say, so output does not depend on speed.
 
 mod accumulator;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -153,6 +156,9 @@ pub struct WindowAggregate {
     hasher: KeyHasher,
     size: i64,
     slide: i64,
+    /// Allowed lateness: a window fires, and stops taking rows, once the
+    /// watermark passes its end plus this.
+    lateness: i64,
     /// Window start → encoded key → group. Ordered by start, so windows
     /// fire from the front.
     windows: BTreeMap<i64, HashMap<Box<[u8]>, Group>>,
@@ -176,6 +182,7 @@ impl WindowAggregate {
         let mut op = WindowAggregate {
             size: plan.spec.size.as_micros() as i64,
             slide: plan.spec.slide.as_micros() as i64,
+            lateness: plan.spec.allowed_lateness.as_micros() as i64,
             format: plan.format(),
             plan,
             hasher,
@@ -317,7 +324,11 @@ impl WindowAggregate {
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
         while let Some(entry) = self.windows.first_entry() {
             let start = *entry.key();
-            if start.saturating_add(self.size) > watermark {
+            if start
+                .saturating_add(self.size)
+                .saturating_add(self.lateness)
+                > watermark
+            {
                 break;
             }
             let groups = entry.remove();
@@ -387,8 +398,10 @@ impl Operator for WindowAggregate {
             let mut start = t.div_euclid(self.slide) * self.slide;
             let mut placed = false;
             while start > t.saturating_sub(self.size) {
-                let end = start.saturating_add(self.size);
-                if self.watermark.is_none_or(|w| end > w) {
+                let closes = start
+                    .saturating_add(self.size)
+                    .saturating_add(self.lateness);
+                if self.watermark.is_none_or(|w| closes > w) {
                     placed = true;
                     let groups = self.windows.entry(start).or_default();
                     if !groups.contains_key(key) {
