@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Diagnostics, Topology};
+use super::{Diagnostics, StageKind, Topology};
 
 pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
     let map = std::sync::Arc::clone(&t.source_map);
@@ -97,9 +97,49 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
         )),
     }
     if errors.is_empty() {
+        check_windows_have_watermarks(&t, &mut errors);
+    }
+    if errors.is_empty() {
         Ok(t)
     } else {
         Err(Diagnostics(errors))
+    }
+}
+
+/// A window stage fires on watermarks: every source upstream of it must
+/// declare one, or its windows would fire only when a bounded source ends
+/// — and never, with state growing forever, on an unbounded one.
+fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
+    for stage in &t.stages {
+        if !matches!(stage.kind, StageKind::Window(_)) {
+            continue;
+        }
+        let mut missing = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<&str> = stage.inputs.iter().map(String::as_str).collect();
+        while let Some(name) = todo.pop() {
+            if !seen.insert(name) {
+                continue;
+            }
+            if let Some(source) = t.sources.iter().find(|s| s.name == name) {
+                if source.event_time.is_none() {
+                    missing.insert(name);
+                }
+            } else if let Some(upstream) = t.stages.iter().find(|s| s.name == name) {
+                todo.extend(upstream.inputs.iter().map(String::as_str));
+            }
+        }
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.into_iter().collect();
+            errors.push(t.source_map.at_key(
+                &format!("stages.{}.window", stage.name),
+                format!(
+                    "a window fires when the watermark passes its end, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
+                    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+                    if names.len() == 1 { "it" } else { "each" }
+                ),
+            ));
+        }
     }
 }
 

@@ -395,4 +395,33 @@ plugin = "blackhole-sink"
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
         }
     }
+
+    #[test]
+    fn a_window_downstream_of_a_source_without_watermark_is_refused() {
+        let err = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+[sources.people]
+plugin = "generator"
+watermark = { column = "date_time" }
+[stages.f]
+input = ["bids", "people"]
+sql = "SELECT * FROM bids"
+[stages.w]
+input = "f"
+window = { time = "date_time", size = "10s" }
+aggregates = ["count(*)"]
+[sinks.k]
+input = "w"
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        assert!(
+            text.contains("`stages.w.window`: a window fires when the watermark passes its end, but source(s) `bids` upstream declare no watermark"),
+            "{text}"
+        );
+    }
 }
