@@ -182,3 +182,48 @@ fn a_restart_that_would_orphan_recorded_splits_is_refused_and_file_splits_re_map
         "no file read twice"
     );
 }
+
+#[test]
+fn sources_hear_of_each_committed_epoch_after_its_manifest_with_its_positions() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &TOPOLOGY
+            .replace("events = 30000, rate = 10000", "events = 3000, rate = 6000")
+            .replace("\"200ms\"", "\"100ms\""),
+    );
+    let run = s.fvhost_env(
+        &["run", "t.toml", "--no-progress"],
+        &[("RUST_LOG", "warn,fvhost=debug")],
+    );
+    assert_exit(&run, 0);
+    // The generator logs each notification it gets (through the host's log
+    // import); epochs arrive in order, and the last one is the final epoch.
+    let notified: Vec<(u64, u64)> = run
+        .stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("epoch ")? + 6..];
+            let (epoch, rest) =
+                rest.split_once(" committed: split generator-0-of-1 continues at event ")?;
+            let event = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+            Some((epoch.parse().ok()?, event.parse().ok()?))
+        })
+        .collect();
+    assert!(notified.len() >= 3, "{}", run.stderr);
+    assert!(
+        notified
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+        "in epoch order, positions never going back: {notified:?}"
+    );
+    let (last_epoch, last_event) = notified[notified.len() - 1];
+    assert_eq!(last_event, 3000, "the final epoch holds every event");
+    let manifests = manifests(&s);
+    assert!(
+        manifests
+            .last()
+            .is_some_and(|m| m.contains(&format!("{last_epoch:020}"))),
+        "the last notification is of the newest manifest: {manifests:?}"
+    );
+}

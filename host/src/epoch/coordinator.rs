@@ -26,6 +26,9 @@ pub enum SourceCommand {
         /// Whether this is the final epoch of the run.
         last: bool,
     },
+    /// The manifest of `epoch` is durable: tell the plugin (it may
+    /// acknowledge upstream, e.g. commit Kafka offsets).
+    Committed(u64),
 }
 
 /// What the coordinator tells a sink task.
@@ -291,9 +294,13 @@ impl Coordinator {
         self.control.committed(epoch, micros, bytes);
         tracing::debug!(epoch, micros, "manifest written");
         super::crash_point("after-manifest", epoch);
-        // Only now may sinks make the epoch visible.
+        // Only now may sinks make the epoch visible, and sources acknowledge
+        // it upstream.
         for tx in &self.sinks {
             let _ = tx.send(SinkCommand::Commit(epoch));
+        }
+        for tx in &self.sources {
+            let _ = tx.send(SourceCommand::Committed(epoch));
         }
         self.store.retain(self.config.retain)
     }

@@ -290,17 +290,22 @@ impl SourceInstance {
 
     /// Seek to recorded positions.
     pub fn restore(&mut self, positions: &[(String, Vec<u8>)]) -> Result<(), PluginError> {
-        use bindings::source::exports::fv::plugin::source::SplitPosition;
-        let wit: Vec<SplitPosition> = positions
-            .iter()
-            .map(|(split, position)| SplitPosition {
-                split: split.clone(),
-                position: position.clone(),
-            })
-            .collect();
+        let wit = to_wit(positions);
         let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
         self.sandbox
             .call(|store| source.call_restore(store, resource, &wit))
+    }
+
+    /// Tell the plugin `epoch` is committed with these positions.
+    pub fn committed(
+        &mut self,
+        epoch: u64,
+        positions: &[(String, Vec<u8>)],
+    ) -> Result<(), PluginError> {
+        let wit = to_wit(positions);
+        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
+        self.sandbox
+            .call(|store| source.call_committed(store, resource, epoch, &wit))
     }
 
     /// Produce at most `max_rows` rows.
@@ -688,4 +693,18 @@ impl OpenError {
             OpenError::Plugin(p) => p.to_string(),
         }
     }
+}
+
+fn to_wit(
+    positions: &[(String, Vec<u8>)],
+) -> Vec<bindings::source::exports::fv::plugin::source::SplitPosition> {
+    positions
+        .iter()
+        .map(
+            |(split, position)| bindings::source::exports::fv::plugin::source::SplitPosition {
+                split: split.clone(),
+                position: position.clone(),
+            },
+        )
+        .collect()
 }

@@ -211,6 +211,7 @@ pub fn run(
                 name: source.name.clone(),
                 event_time: source.event_time,
                 clock: WatermarkClock::default(),
+                reported: BTreeMap::new(),
                 instance,
                 out: emitter,
                 commands: cmd_rx,
@@ -441,6 +442,8 @@ struct SourceTask {
     batch_size: u32,
     /// The latest position of every split this task has reported.
     positions: BTreeMap<String, Vec<u8>>,
+    /// Positions reported at each barrier not yet known to be committed.
+    reported: BTreeMap<u64, Vec<(String, Vec<u8>)>>,
     /// Where event time is, if the source declares it.
     event_time: Option<SourceEventTime>,
     /// What the task's watermark is.
@@ -516,6 +519,39 @@ impl WatermarkClock {
 }
 
 impl SourceTask {
+    /// Tell the plugin `epoch` committed, with the positions this task
+    /// reported for it. A failure is logged: the epoch is committed anyway,
+    /// and a later notification covers it.
+    fn committed(&mut self, epoch: u64) {
+        let Some(positions) = self.reported.remove(&epoch) else {
+            return;
+        };
+        // Older epochs are covered by this one.
+        self.reported.retain(|&e, _| e > epoch);
+        if let Err(e) = self.instance.committed(epoch, &positions) {
+            tracing::warn!(source = %self.name, epoch, "the commit notification failed: {e}");
+        }
+    }
+
+    /// After the last barrier: wait until its epoch commits (or the run
+    /// ends without it) and notify the plugin.
+    fn await_final_commit(&mut self, last: u64, control: &RunControl) -> Result<(), TaskError> {
+        while !control.has_failed() {
+            match self.commands.recv_timeout(TICK) {
+                Ok(SourceCommand::Committed(epoch)) => {
+                    self.committed(epoch);
+                    if epoch >= last {
+                        return Ok(());
+                    }
+                }
+                Ok(SourceCommand::Barrier { .. }) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
     fn run(mut self, control: &RunControl) {
         let result = self.run_inner(control);
         finish(result, control);
@@ -539,22 +575,33 @@ impl SourceTask {
                     Err(TryRecvError::Disconnected) => return Ok(()),
                 }
             };
-            if let Some(SourceCommand::Barrier { epoch, last }) = command {
-                let positions = self
-                    .positions
-                    .iter()
-                    .map(|(s, p)| (s.clone(), p.clone()))
-                    .collect();
-                let _ = self.acks.send(Ack::Source {
-                    name: self.name.clone(),
-                    epoch,
-                    positions,
-                });
-                self.out.barrier(epoch)?;
-                if last {
-                    return Ok(());
+            match command {
+                Some(SourceCommand::Barrier { epoch, last }) => {
+                    let positions: Vec<(String, Vec<u8>)> = self
+                        .positions
+                        .iter()
+                        .map(|(s, p)| (s.clone(), p.clone()))
+                        .collect();
+                    self.reported.insert(epoch, positions.clone());
+                    let _ = self.acks.send(Ack::Source {
+                        name: self.name.clone(),
+                        epoch,
+                        positions,
+                    });
+                    self.out.barrier(epoch)?;
+                    if last {
+                        // Downstream may finish; this task stays to hear
+                        // that the final epoch committed.
+                        self.out.end_of_stream();
+                        return self.await_final_commit(epoch, control);
+                    }
+                    continue;
                 }
-                continue;
+                Some(SourceCommand::Committed(epoch)) => {
+                    self.committed(epoch);
+                    continue;
+                }
+                None => {}
             }
             if control.has_failed() {
                 return Ok(());

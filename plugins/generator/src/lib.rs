@@ -183,6 +183,21 @@ impl Source for Generator {
         Ok(())
     }
 
+    fn committed(&mut self, epoch: u64, positions: Vec<SplitPosition>) -> Result<(), String> {
+        // A generator has nothing upstream to acknowledge; it reports the
+        // committed progress so that operators (and tests) can see it.
+        for p in positions {
+            let next = <[u8; 8]>::try_from(p.position.as_slice())
+                .map(u64::from_le_bytes)
+                .unwrap_or_default();
+            fv_plugin_sdk::log::debug(&format!(
+                "epoch {epoch} committed: split {} continues at event {next}",
+                p.split
+            ));
+        }
+        Ok(())
+    }
+
     fn poll(&mut self, max_rows: usize) -> Result<Poll, String> {
         let limit = self.events.unwrap_or(u64::MAX);
         if self.next_event >= limit {

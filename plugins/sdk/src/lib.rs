@@ -100,7 +100,7 @@ pub use source::{Poll, Source, SplitPosition};
 pub use step::{ProcessError, RowError, Step, StepOutput};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// Generated WIT glue and the adapters between it and the SDK traits.
 /// Not part of the public API: only the export macros use it.
@@ -141,7 +141,7 @@ macro_rules! __fv_plugin_metadata {
             env!("CARGO_PKG_VERSION"),
             "\nkind=",
             $kind,
-            "\ncontract=0.1.0",
+            "\ncontract=0.2.0",
             "\ndescription=",
             env!("CARGO_PKG_DESCRIPTION"),
             "\n"
@@ -164,7 +164,7 @@ macro_rules! export_source {
         impl $crate::__private::source_world::exports::fv::plugin::source::Guest for __FvSourceComponent {
             type Source = $crate::__private::SourceAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::source_world::export_source_world!(__FvSourceComponent with_types_in $crate::__private::source_world);
@@ -182,7 +182,7 @@ macro_rules! export_sink {
         impl $crate::__private::sink_world::exports::fv::plugin::sink::Guest for __FvSinkComponent {
             type Sink = $crate::__private::SinkAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::sink_world::export_sink_world!(__FvSinkComponent with_types_in $crate::__private::sink_world);
@@ -200,7 +200,7 @@ macro_rules! export_step {
         impl $crate::__private::step_world::exports::fv::plugin::step::Guest for __FvStepComponent {
             type Step = $crate::__private::StepAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.1.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);

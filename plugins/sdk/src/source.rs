@@ -52,6 +52,11 @@ pub trait Source: Sized + 'static {
     fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String>;
     /// Produce at most `max_rows` rows.
     fn poll(&mut self, max_rows: usize) -> Result<Poll, String>;
+    /// Epoch `epoch` is committed with these positions of this task's
+    /// splits (e.g. commit consumer-group offsets). Default: nothing.
+    fn committed(&mut self, _epoch: u64, _positions: Vec<SplitPosition>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Adapts a [`Source`] to the generated WIT resource.
@@ -83,14 +88,13 @@ impl<T: Source> wit::GuestSource for SourceAdapter<T> {
     }
 
     fn restore(&self, positions: Vec<wit::SplitPosition>) -> Result<(), String> {
-        let positions = positions
-            .into_iter()
-            .map(|p| SplitPosition {
-                split: p.split,
-                position: p.position,
-            })
-            .collect();
-        self.inner.borrow_mut().restore(positions)
+        self.inner.borrow_mut().restore(from_wit(positions))
+    }
+
+    fn committed(&self, epoch: u64, positions: Vec<wit::SplitPosition>) -> Result<(), String> {
+        self.inner
+            .borrow_mut()
+            .committed(epoch, from_wit(positions))
     }
 
     fn poll(&self, max_rows: u32) -> Result<wit::PollResult, String> {
@@ -116,4 +120,14 @@ fn to_wit_config_error(e: ConfigError) -> wit_types::ConfigError {
         key: e.key,
         message: e.message,
     }
+}
+
+fn from_wit(positions: Vec<wit::SplitPosition>) -> Vec<SplitPosition> {
+    positions
+        .into_iter()
+        .map(|p| SplitPosition {
+            split: p.split,
+            position: p.position,
+        })
+        .collect()
 }
