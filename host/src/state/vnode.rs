@@ -120,8 +120,18 @@ impl KeyHasher {
         (XxHash3_64::oneshot(key) % VNODE_COUNT as u64) as u16
     }
 
+    /// Whether the key has no columns (one global group: every row shares
+    /// the empty key, and so one vnode).
+    pub fn is_global(&self) -> bool {
+        self.columns.is_empty()
+    }
+
     /// The vnode of every row of `batch`.
     pub fn vnodes(&self, batch: &RecordBatch) -> Result<Vec<u16>, ArrowError> {
+        if self.is_global() {
+            // The row format of zero columns has no rows; the key is empty.
+            return Ok(vec![Self::vnode_of(&[]); batch.num_rows()]);
+        }
         let rows = self.rows(batch)?;
         Ok(rows.iter().map(|r| Self::vnode_of(r.as_ref())).collect())
     }

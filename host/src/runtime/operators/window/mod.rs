@@ -393,8 +393,10 @@ impl Operator for WindowAggregate {
                 continue;
             }
             let t = times.value(row);
-            let key = rows.row(row);
-            let key = key.as_ref();
+            let key: &[u8] = match self.hasher.is_global() {
+                true => &[],
+                false => rows.row(row).data(),
+            };
             let mut start = t.div_euclid(self.slide) * self.slide;
             let mut placed = false;
             while start > t.saturating_sub(self.size) {

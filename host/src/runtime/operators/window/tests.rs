@@ -389,3 +389,42 @@ fn allowed_lateness_keeps_a_window_open_past_its_end() {
         1
     );
 }
+
+#[test]
+fn a_window_without_key_is_one_global_group() {
+    let mut global = spec(100, 1);
+    global.key.clear();
+    let plan = WindowPlan::new(&global, schema()).expect("plan");
+    assert_eq!(plan.output_schema().fields().len(), 2 + 5, "no key columns");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = EpochStore::open(&dir.path().display().to_string()).expect("store");
+    let mut ops = tasks(&plan, 1, &[], &store);
+    let (tx, rx) = unbounded();
+    let mut out = Emitter::new(
+        vec![Downstream::new(vec![tx])],
+        None,
+        Arc::new(StageMetrics::default()),
+    );
+    ops[0]
+        .on_batch(batch(&[10, 20, 30, 130]), &mut out)
+        .expect("batch");
+    ops[0]
+        .on_watermark(Watermark::At((BASE + 100) * 1000), &mut out)
+        .expect("watermark");
+    let fired: Vec<RecordBatch> = rx
+        .try_iter()
+        .filter_map(|m| match m {
+            Message::Batch(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].num_rows(), 1);
+    assert_eq!(fired[0].column(2).as_primitive::<Int64Type>().value(0), 3);
+    // Rows of a global window all route to the vnode its state lives in.
+    let hasher = KeyHasher::new(&schema(), &[]).expect("hasher");
+    assert_eq!(
+        hasher.vnodes(&batch(&[1, 2])).expect("vnodes"),
+        vec![KeyHasher::vnode_of(&[]); 2]
+    );
+}
