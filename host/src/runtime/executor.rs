@@ -17,15 +17,14 @@ use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, SqlStage, WasmStep, WindowAggregate};
 use super::plan::{Plan, SourceEventTime, StageTask};
+use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
     Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
     newest_restorable,
 };
 use crate::plugin::{SourceInstance, SourcePoll};
 use crate::state::KeyHasher;
-use arrow::array::{Array, TimestampMicrosecondArray};
-use arrow::compute::{cast, max};
-use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use arrow::datatypes::SchemaRef;
 
 /// How often an idle task wakes up, and how long an idle source waits.
 const TICK: Duration = Duration::from_millis(50);
@@ -210,7 +209,7 @@ pub fn run(
             let task = SourceTask {
                 name: source.name.clone(),
                 event_time: source.event_time,
-                clock: WatermarkClock::default(),
+                clock: WatermarkClock::new(SystemClock),
                 reported: BTreeMap::new(),
                 instance,
                 out: emitter,
@@ -447,75 +446,7 @@ struct SourceTask {
     /// Where event time is, if the source declares it.
     event_time: Option<SourceEventTime>,
     /// What the task's watermark is.
-    clock: WatermarkClock,
-}
-
-/// A source task's watermark: the newest event time seen, minus the
-/// allowed out-of-orderness; idle after the idle timeout without rows.
-struct WatermarkClock {
-    max_seen: Option<i64>,
-    emitted: Option<Watermark>,
-    last_rows: Instant,
-}
-
-impl Default for WatermarkClock {
-    fn default() -> Self {
-        WatermarkClock {
-            max_seen: None,
-            emitted: None,
-            last_rows: Instant::now(),
-        }
-    }
-}
-
-impl WatermarkClock {
-    /// Rows arrived; returns the watermark to send, if it advanced.
-    fn on_rows(
-        &mut self,
-        batch: &arrow::array::RecordBatch,
-        e: &SourceEventTime,
-    ) -> Result<Option<Watermark>, arrow::error::ArrowError> {
-        self.last_rows = Instant::now();
-        let times = cast(
-            batch.column(e.column),
-            &DataType::Timestamp(TimeUnit::Microsecond, None),
-        )?;
-        let newest = times
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .and_then(|t| {
-                if t.null_count() == t.len() {
-                    None
-                } else {
-                    max(t)
-                }
-            });
-        if let Some(t) = newest {
-            self.max_seen = Some(self.max_seen.map_or(t, |m| m.max(t)));
-        }
-        let Some(seen) = self.max_seen else {
-            return Ok(None);
-        };
-        let lag = e.delay.as_micros() as i64;
-        let w = Watermark::At(seen.saturating_sub(lag));
-        let send = match self.emitted {
-            Some(Watermark::At(old)) => Watermark::At(old) != w,
-            _ => true,
-        };
-        if send {
-            self.emitted = Some(w);
-        }
-        Ok(send.then_some(w))
-    }
-
-    /// No rows this poll; returns `Idle` once the idle timeout has passed.
-    fn on_idle(&mut self, e: &SourceEventTime) -> Option<Watermark> {
-        if self.emitted != Some(Watermark::Idle) && self.last_rows.elapsed() >= e.idle_timeout {
-            self.emitted = Some(Watermark::Idle);
-            return Some(Watermark::Idle);
-        }
-        None
-    }
+    clock: WatermarkClock<SystemClock>,
 }
 
 impl SourceTask {
