@@ -21,6 +21,9 @@ pub struct StageMetrics {
     /// Rows dropped because every window they belong to had fired (or
     /// they carried no event time).
     pub late_rows: AtomicU64,
+    /// (window, key) groups held in state now, all tasks together (a
+    /// gauge: it falls as windows fire, so it shows state staying bounded).
+    pub state_groups: AtomicU64,
     /// Plugin instances re-created after a trap.
     pub restarts: AtomicU64,
 }

@@ -43,6 +43,9 @@ pub struct StageStatus {
     /// Rows dropped as late (window stages).
     #[serde(default)]
     pub late_rows: u64,
+    /// Groups held in state now (window stages).
+    #[serde(default)]
+    pub state_groups: u64,
 }
 
 /// The status record.
@@ -204,6 +207,7 @@ fn record(
                 rows_out: StageMetrics::get(&m.rows_out),
                 dead_lettered: StageMetrics::get(&m.dead_lettered),
                 late_rows: StageMetrics::get(&m.late_rows),
+                state_groups: StageMetrics::get(&m.state_groups),
             })
             .collect(),
         cpu: super::cpu::sample(),

@@ -167,6 +167,8 @@ pub struct WindowAggregate {
     watermark: Option<i64>,
     ctx: StateContext,
     format: String,
+    /// Groups held, as last reported to the stage's gauge.
+    groups: u64,
 }
 
 impl WindowAggregate {
@@ -189,6 +191,7 @@ impl WindowAggregate {
             windows: BTreeMap::new(),
             watermark: None,
             ctx,
+            groups: 0,
         };
         op.restore().map_err(fail)?;
         Ok(op)
@@ -320,6 +323,19 @@ impl WindowAggregate {
         StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.fail(e))
     }
 
+    /// Report the number of groups held to the stage's gauge.
+    fn report_groups(&mut self, out: &Emitter) {
+        let now: u64 = self.windows.values().map(|g| g.len() as u64).sum();
+        if now >= self.groups {
+            StageMetrics::add(&out.metrics.state_groups, now - self.groups);
+        } else {
+            out.metrics
+                .state_groups
+                .fetch_sub(self.groups - now, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.groups = now;
+    }
+
     /// Emit and drop every window that ends at or before `watermark`.
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
         while let Some(entry) = self.windows.first_entry() {
@@ -428,6 +444,7 @@ impl Operator for WindowAggregate {
         if late > 0 {
             StageMetrics::add(&out.metrics.late_rows, late);
         }
+        self.report_groups(out);
         Ok(())
     }
 
@@ -437,6 +454,7 @@ impl Operator for WindowAggregate {
         {
             self.watermark = Some(w);
             self.fire(w, out)?;
+            self.report_groups(out);
         }
         out.watermark(watermark)
     }

@@ -405,12 +405,19 @@ fn a_window_without_key_is_one_global_group() {
         None,
         Arc::new(StageMetrics::default()),
     );
+    let groups = |out: &Emitter| {
+        out.metrics
+            .state_groups
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
     ops[0]
         .on_batch(batch(&[10, 20, 30, 130]), &mut out)
         .expect("batch");
+    assert_eq!(groups(&out), 2, "windows [0, 100) and [100, 200) are held");
     ops[0]
         .on_watermark(Watermark::At((BASE + 100) * 1000), &mut out)
         .expect("watermark");
+    assert_eq!(groups(&out), 1, "the fired window's state is freed");
     let fired: Vec<RecordBatch> = rx
         .try_iter()
         .filter_map(|m| match m {
