@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
-pub use units::{parse_duration, parse_size};
+pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 
 use crate::plugin::SandboxPolicy;
 

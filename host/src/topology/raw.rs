@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{
     Aggregate, AggregateFn, Diagnostic, Diagnostics, EventTime, PluginRef, PluginUse, Settings,
     SinkNode, SourceMap, SourceNode, StageKind, StageNode, Topology, WindowSpec, parse_duration,
-    parse_size,
+    parse_duration_or_zero, parse_size,
 };
 use crate::plugin::SandboxPolicy;
 
@@ -385,11 +385,6 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
     })
 }
 
-/// `"0"`, `"0s"`, `"0ms"`: durations that may be zero.
-fn is_zero(text: &str) -> bool {
-    text.trim().trim_end_matches(['m', 's']).trim() == "0"
-}
-
 /// Window keys on a node that is not a stage.
 fn refuse_window_keys(
     ctx: &Ctx<'_>,
@@ -450,22 +445,22 @@ impl Ctx<'_> {
         raw: RawEventTime,
         errors: &mut Vec<Diagnostic>,
     ) -> Option<EventTime> {
-        let mut duration = |field: &str, text: Option<String>, default: Duration| match text {
-            None => Some(default),
-            Some(t) if field == "delay" && is_zero(&t) => Some(Duration::ZERO),
-            Some(t) => match parse_duration(&t) {
-                Ok(d) => Some(d),
-                Err(m) => {
+        let mut duration =
+            |field: &str, parsed: Option<Result<Duration, String>>, default| match parsed {
+                None => Some(default),
+                Some(Ok(d)) => Some(d),
+                Some(Err(m)) => {
                     errors.push(self.map.at_key(&format!("{key}.watermark.{field}"), m));
                     None
                 }
-            },
-        };
-        let ooo = duration("delay", raw.delay, Duration::ZERO);
-        let idle = duration("idle_timeout", raw.idle_timeout, Duration::from_secs(30));
+            };
+        let delay = raw.delay.map(|t| parse_duration_or_zero(&t));
+        let delay = duration("delay", delay, Duration::ZERO);
+        let idle = raw.idle_timeout.map(|t| parse_duration(&t));
+        let idle = duration("idle_timeout", idle, Duration::from_secs(30));
         Some(EventTime {
             column: raw.column,
-            delay: ooo?,
+            delay: delay?,
             idle_timeout: idle?,
         })
     }
@@ -498,10 +493,16 @@ impl Ctx<'_> {
             Some(s) => duration("slide", s),
             None => size,
         };
-        let allowed_lateness = match &raw.allowed_lateness {
+        let allowed_lateness = match raw.allowed_lateness.as_deref().map(parse_duration_or_zero) {
             None => Some(Duration::ZERO),
-            Some(t) if is_zero(t) => Some(Duration::ZERO),
-            Some(t) => duration("allowed_lateness", t),
+            Some(Ok(d)) => Some(d),
+            Some(Err(m)) => {
+                errors.push(
+                    self.map
+                        .at_key(&format!("{key}.window.allowed_lateness"), m),
+                );
+                None
+            }
         };
         if let (Some(size), Some(slide)) = (size, slide)
             && (slide > size || size.as_millis() % slide.as_millis() != 0)

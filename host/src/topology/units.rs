@@ -5,6 +5,15 @@ use std::time::Duration;
 
 /// Parse `"250ms"`, `"10s"`, `"2m"`, `"1h"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration_or_zero(text)? {
+        d if d.is_zero() => Err(format!("`{text}` must be a positive duration")),
+        d => Ok(d),
+    }
+}
+
+/// Like [`parse_duration`], for settings where zero means "none" (a
+/// watermark delay, an allowed lateness): `"0"`, `"0s"` are accepted.
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -24,7 +33,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ));
         }
     };
-    if !secs.is_finite() || secs <= 0.0 {
+    if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{text}` must be a positive duration"));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -65,6 +74,11 @@ mod tests {
     fn durations_and_sizes() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_zero("0ms"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_zero("4s"), Ok(Duration::from_secs(4)));
+        assert!(parse_duration_or_zero("-1s").is_err());
         assert!(parse_duration("ten seconds").is_err());
         assert!(parse_duration("5 weeks").is_err());
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
