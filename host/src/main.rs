@@ -175,7 +175,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let control = Arc::new(RunControl::default());
             install_stop_handler(Arc::clone(&control))?;
-            let metrics = metrics_for(&plan);
+            let metrics = StageMetrics::for_plan(&plan);
             let display = progress::Progress::start(&metrics, !no_progress);
             let heartbeat = Heartbeat::start(
                 &state_dir,
@@ -289,20 +289,6 @@ fn load_and_plan(path: &std::path::Path, engine: &PluginEngine) -> Result<runtim
         eprintln!("{diagnostics}");
         ExitCode::from(EXIT_CONFIG)
     })
-}
-
-fn metrics_for(plan: &runtime::Plan) -> Vec<Arc<StageMetrics>> {
-    let mut m = Vec::new();
-    for s in &plan.sources {
-        m.push(Arc::new(StageMetrics::new(&s.name, "source")));
-    }
-    for s in &plan.stages {
-        m.push(Arc::new(StageMetrics::new(&s.name, s.kind)));
-    }
-    for s in &plan.sinks {
-        m.push(Arc::new(StageMetrics::new(&s.name, "sink")));
-    }
-    m
 }
 
 fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {

@@ -78,6 +78,20 @@ pub enum EpochError {
 }
 
 impl EpochError {
+    fn store(
+        location: &str,
+        operation: &'static str,
+        key: &str,
+        source: object_store::Error,
+    ) -> EpochError {
+        EpochError::Store {
+            location: location.to_string(),
+            operation,
+            key: key.to_string(),
+            source: Box::new(source),
+        }
+    }
+
     /// Whether the object does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, EpochError::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))
@@ -228,12 +242,7 @@ impl EpochStore {
     }
 
     fn err(&self, operation: &'static str, key: &str, source: object_store::Error) -> EpochError {
-        EpochError::Store {
-            location: self.location.clone(),
-            operation,
-            key: key.to_string(),
-            source: Box::new(source),
-        }
+        EpochError::store(&self.location, operation, key, source)
     }
 
     /// Read an object.
@@ -273,12 +282,7 @@ impl EpochStore {
                 .put(&path, PutPayload::from(bytes))
                 .await
                 .map(|_| ())
-                .map_err(|source| EpochError::Store {
-                    location,
-                    operation: "writing",
-                    key,
-                    source: Box::new(source),
-                });
+                .map_err(|source| EpochError::store(&location, "writing", &key, source));
             done(result);
         });
     }
@@ -371,17 +375,6 @@ impl EpochStore {
         Ok(m)
     }
 
-    /// The newest manifest that reads back whole.
-    pub fn latest(&self) -> Result<Option<Manifest>, EpochError> {
-        for epoch in self.epochs()?.into_iter().rev() {
-            match self.read_manifest(epoch) {
-                Ok(m) => return Ok(Some(m)),
-                Err(e) => tracing::warn!("ignoring epoch {epoch}: {e}"),
-            }
-        }
-        Ok(None)
-    }
-
     /// Write `manifest`: from now on its epoch is committed. Returns its
     /// size in bytes.
     pub fn write(&self, manifest: &Manifest) -> Result<u64, EpochError> {
@@ -454,12 +447,12 @@ impl EpochStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::epoch::SplitPositionRecord;
     use crate::epoch::manifest::StageState;
+    use crate::epoch::{SplitPositionRecord, newest_restorable};
     use crate::state::StateObject;
     use std::collections::BTreeMap;
 
-    fn manifest(epoch: u64, state_key: String) -> Manifest {
+    fn manifest(epoch: u64, state_key: String, state: &[u8]) -> Manifest {
         Manifest {
             format: 1,
             topology: "t".into(),
@@ -482,8 +475,8 @@ mod tests {
                         task: 0,
                         vnodes: VnodeRange::all(),
                         key: state_key,
-                        sha256: String::new(),
-                        bytes: 1,
+                        sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(state)),
+                        bytes: state.len() as u64,
                     }],
                 },
             )]),
@@ -491,21 +484,25 @@ mod tests {
     }
 
     #[test]
-    fn latest_skips_torn_manifests_and_retain_drops_old_state() {
+    fn restore_skips_torn_manifests_and_retain_drops_old_state() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = EpochStore::open(&dir.path().display().to_string()).expect("open");
-        assert_eq!(store.latest().expect("latest"), None);
+        assert!(newest_restorable(&store).expect("restore").is_none());
         for e in 1..=4 {
             let key = EpochStore::state_key(e, "agg", 0, VnodeRange::all());
             store.put(&key, vec![e as u8]).expect("state");
-            store.write(&manifest(e, key)).expect("write");
+            store.write(&manifest(e, key, &[e as u8])).expect("write");
         }
         // A torn manifest (a crash mid-write on a store without atomic
         // rename) and state of an epoch that never committed.
         std::fs::write(dir.path().join(EpochStore::manifest_key(6)), b"{\"torn").expect("torn");
         let partial = EpochStore::state_key(7, "agg", 0, VnodeRange::all());
         store.put(&partial, vec![7]).expect("partial");
-        let latest = store.latest().expect("latest").expect("some");
+        let restored = newest_restorable(&store).expect("restore").expect("some");
+        assert_eq!(restored.skipped.len(), 1, "{:?}", restored.skipped);
+        assert_eq!(restored.skipped[0].0, 6);
+        assert_eq!(restored.state["agg"][0].1, vec![4]);
+        let latest = restored.manifest;
         assert_eq!(latest.epoch, 4);
         assert_eq!(latest.positions("s"), vec![("a".to_string(), vec![1, 2])]);
         assert_eq!(latest.sink_handle("k", 0), Some(b"h".to_vec()));

@@ -37,15 +37,17 @@ impl StateContext {
         stage: &str,
         task: u32,
         parallelism: usize,
-        restored: Vec<(StateObject, Vec<u8>)>,
+        restored: &[(StateObject, Vec<u8>)],
         store: EpochStore,
         acks: Sender<Ack>,
         control: Arc<RunControl>,
     ) -> Self {
         let vnodes = VnodeRange::of_task(task as usize, parallelism);
+        // Copy only the objects this task needs, not the whole stage's.
         let restored = restored
-            .into_iter()
+            .iter()
             .filter(|(o, _)| o.vnodes.overlaps(&vnodes))
+            .cloned()
             .collect();
         StateContext {
             stage: stage.to_string(),

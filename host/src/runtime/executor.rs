@@ -11,8 +11,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, bounded, unbound
 
 use super::checkpoint::StateContext;
 use super::control::RunControl;
-use super::message::Message;
-use super::message::{Watermark, WatermarkTracker};
+use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, SqlStage, WasmStep, WindowAggregate};
@@ -75,18 +74,18 @@ pub fn run(
     store: EpochStore,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let restored = newest_restorable(&store)?;
+    let (restored, mut restored_state) = match newest_restorable(&store)? {
+        Some(r) => (Some(r.manifest), r.state),
+        None => (None, BTreeMap::new()),
+    };
     // Epochs newer than the one resumed from never committed (partial) or
     // cannot be used (corrupt): their objects must not linger.
-    store.discard_after(restored.as_ref().map(|r| r.manifest.epoch))?;
+    store.discard_after(restored.as_ref().map(|m| m.epoch))?;
     // Per source task, the positions of the splits it reads.
     let mut restored_positions = BTreeMap::new();
-    let mut restored_state = BTreeMap::new();
-    if let Some(r) = &restored {
-        let m = &r.manifest;
+    if let Some(m) = &restored {
         check_state_formats(&plan, m)?;
         restored_positions = restore(&mut plan, m)?;
-        restored_state = r.state.clone();
         if m.topology_digest != plan.topology.digest {
             tracing::warn!(
                 epoch = m.epoch,
@@ -95,7 +94,6 @@ pub fn run(
         }
         tracing::info!(epoch = m.epoch, "resuming from the newest complete epoch");
     }
-    let restored = restored.map(|r| r.manifest);
     let first_epoch = restored.as_ref().map(|m| m.epoch + 1).unwrap_or(1);
     let settings = plan.topology.settings.clone();
     let metric = |name: &str| {
@@ -250,7 +248,7 @@ pub fn run(
                         &stage.name,
                         i as u32,
                         stage_parallelism,
-                        stage_state.clone(),
+                        &stage_state,
                         store.clone(),
                         ack_tx.clone(),
                         Arc::clone(&control),

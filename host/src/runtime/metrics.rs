@@ -43,6 +43,25 @@ impl StageMetrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counters for every source, stage and sink of `plan`, in that order
+    /// (the order the summary and the status record list them in).
+    pub fn for_plan(plan: &super::Plan) -> Vec<std::sync::Arc<StageMetrics>> {
+        use std::sync::Arc;
+        let sources = plan
+            .sources
+            .iter()
+            .map(|s| Arc::new(StageMetrics::new(&s.name, "source")));
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| Arc::new(StageMetrics::new(&s.name, s.kind)));
+        let sinks = plan
+            .sinks
+            .iter()
+            .map(|s| Arc::new(StageMetrics::new(&s.name, "sink")));
+        sources.chain(stages).chain(sinks).collect()
+    }
+
     /// Read a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)

@@ -184,7 +184,7 @@ fn tasks(
                 "w",
                 t as u32,
                 parallelism,
-                restored.to_vec(),
+                restored,
                 store.clone(),
                 acks.clone(),
                 Arc::default(),
