@@ -288,7 +288,7 @@ fn snapshot_size(groups: usize) {
     let ctx = StateContext::new("w", 0, 1, &[], store, acks, Arc::new(RunControl::default()));
     let mut op = WindowAggregate::new(plan, ctx).expect("operator");
     let mut out = Emitter::new(Vec::new(), None, Arc::new(StageMetrics::default()));
-    op.on_batch(batch, &mut out).expect("batch");
+    op.on_batch(0, batch, &mut out).expect("batch");
     let started = Instant::now();
     let snap = op.snapshot(1).expect("snapshot");
     let took = started.elapsed();

@@ -12,6 +12,11 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use super::RunControl;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::Schema;
+
+use super::operator::TaskError;
+use super::operators::rows::{lowest_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{StateObject, StateSnapshot, VnodeRange};
 
@@ -58,6 +63,45 @@ impl StateContext {
             acks,
             control,
         }
+    }
+
+    /// A failure of this task's stage.
+    pub fn error(&self, message: impl std::fmt::Display) -> TaskError {
+        TaskError::State {
+            stage: self.stage.clone(),
+            message: message.to_string(),
+        }
+    }
+
+    /// Take the restored objects, decoded: their batches and the lowest
+    /// watermark they were taken at (tasks may have been at different
+    /// ones; the lowest re-fires nothing, as fired state is in none).
+    pub fn take_restored(&mut self) -> Result<(Vec<RecordBatch>, Option<i64>), String> {
+        let mut batches = Vec::new();
+        let mut watermark = None;
+        for (object, bytes) in std::mem::take(&mut self.restored) {
+            for batch in StateSnapshot::decode(&object, &bytes).map_err(|e| e.to_string())? {
+                watermark = lowest_watermark(watermark, &batch);
+                batches.push(batch);
+            }
+        }
+        Ok((batches, watermark))
+    }
+
+    /// Encode this task's state of `epoch` — `columns` of `schema`, taken
+    /// at `watermark` — as one object.
+    pub fn encode(
+        &self,
+        epoch: u64,
+        schema: Schema,
+        watermark: Option<i64>,
+        columns: Vec<ArrayRef>,
+    ) -> Result<StateSnapshot, TaskError> {
+        let schema = with_watermark(schema, watermark);
+        let batch = RecordBatch::try_new(std::sync::Arc::clone(&schema), columns)
+            .map_err(|e| self.error(e))?;
+        let key = format!("{} epoch {epoch}", self.stage);
+        StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.error(e))
     }
 
     /// Hand the encoded state of `epoch` off to the epoch store. `format`

@@ -14,7 +14,7 @@ use super::control::RunControl;
 use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
-use super::operators::{SinkWriter, SqlStage, WasmStep, WindowAggregate};
+use super::operators::{LookupJoin, SinkWriter, SqlStage, WasmStep};
 use super::plan::{Plan, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
@@ -123,28 +123,33 @@ pub fn run(
         )
         .collect();
     let mut outputs: BTreeMap<(String, usize), Vec<Downstream>> = BTreeMap::new();
-    let mut inputs: BTreeMap<(String, usize), Vec<Receiver<Message>>> = BTreeMap::new();
+    // Per consumer task: (position of the upstream in its input list, receiver).
+    let mut inputs: BTreeMap<(String, usize), Vec<TaskInput>> = BTreeMap::new();
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
     for s in &plan.sources {
         schemas.insert(s.name.clone(), Arc::clone(&s.schema));
     }
-    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut keys: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     for s in &plan.stages {
         schemas.insert(s.name.clone(), Arc::clone(&s.schema));
-        if let Some(k) = &s.key {
+        if let Some(k) = &s.keys {
             keys.insert(s.name.clone(), k.clone());
         }
     }
     for (consumer, names, tasks) in &consumers {
-        for input in names {
+        for (position, input) in names.iter().enumerate() {
             for p in 0..parallelism.get(input).copied().unwrap_or(0) {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
                     let (tx, rx) = bounded(settings.channel_capacity);
                     senders.push(tx);
-                    inputs.entry((consumer.clone(), c)).or_default().push(rx);
+                    inputs
+                        .entry((consumer.clone(), c))
+                        .or_default()
+                        .push((position, rx));
                 }
-                let downstream = match (keys.get(consumer), schemas.get(input)) {
+                let key = keys.get(consumer).and_then(|k| k.get(position));
+                let downstream = match (key, schemas.get(input)) {
                     (Some(key), Some(schema)) => {
                         let hasher = KeyHasher::new(schema, key).map_err(|e| {
                             RunError::Task(format!("stage `{consumer}`: key {key:?}: {e}"))
@@ -169,7 +174,7 @@ pub fn run(
                 if matches!(task, StageTask::Step(_)) {
                     let (tx, rx) = bounded(settings.channel_capacity);
                     dead_letter.insert((stage.name.clone(), i), tx);
-                    inputs.entry((dlq.clone(), 0)).or_default().push(rx);
+                    inputs.entry((dlq.clone(), 0)).or_default().push((0, rx));
                 }
             }
         }
@@ -242,7 +247,10 @@ pub fn run(
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
                 StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
-                StageTask::Window(w) => {
+                StageTask::Lookup(l) => Box::new(
+                    LookupJoin::new(&stage.name, l).map_err(|e| RunError::Task(e.to_string()))?,
+                ),
+                StageTask::Stateful(w) => {
                     state_tasks += 1;
                     let ctx = StateContext::new(
                         &stage.name,
@@ -253,11 +261,10 @@ pub fn run(
                         ack_tx.clone(),
                         Arc::clone(&control),
                     );
-                    let op = WindowAggregate::new(w, ctx).map_err(|e| RunError::Restore {
+                    w.operator(ctx).map_err(|e| RunError::Restore {
                         epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
                         message: e.to_string(),
-                    })?;
-                    Box::new(op)
+                    })?
                 }
             };
             let control = Arc::clone(&control);
@@ -345,7 +352,7 @@ pub fn run(
 /// meaning (key, window, aggregates): its accumulators would be misread.
 fn check_state_formats(plan: &Plan, manifest: &Manifest) -> Result<(), RunError> {
     for stage in &plan.stages {
-        let Some(StageTask::Window(w)) = stage.tasks.first() else {
+        let Some(StageTask::Stateful(w)) = stage.tasks.first() else {
             continue;
         };
         if let Some(saved) = manifest.state.get(&stage.name)
@@ -576,16 +583,28 @@ impl SourceTask {
     }
 }
 
+/// One input edge of a task: the upstream's position in the task's
+/// `input` list, and the channel.
+type TaskInput = (usize, Receiver<Message>);
+
 /// A stage or sink task: receives from its inputs, aligns barriers, and
 /// (sinks) obeys commit commands.
 fn operator_task(
     mut op: Box<dyn Operator>,
-    inputs: Vec<Receiver<Message>>,
+    inputs: Vec<TaskInput>,
     commands: Option<Receiver<SinkCommand>>,
     mut out: Emitter,
     control: &RunControl,
 ) {
-    let result = operator_loop(op.as_mut(), &inputs, commands.as_ref(), &mut out, control);
+    let (sides, inputs): (Vec<usize>, Vec<Receiver<Message>>) = inputs.into_iter().unzip();
+    let result = operator_loop(
+        op.as_mut(),
+        &inputs,
+        &sides,
+        commands.as_ref(),
+        &mut out,
+        control,
+    );
     if result.is_err() || control.has_failed() {
         op.on_abort();
     }
@@ -596,6 +615,7 @@ fn operator_task(
 fn operator_loop(
     op: &mut dyn Operator,
     inputs: &[Receiver<Message>],
+    sides: &[usize],
     commands: Option<&Receiver<SinkCommand>>,
     out: &mut Emitter,
     control: &RunControl,
@@ -644,7 +664,7 @@ fn operator_loop(
             Ok(Message::Batch(batch)) => {
                 StageMetrics::add(&out.metrics.batches_in, 1);
                 StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
-                op.on_batch(batch, out)?;
+                op.on_batch(sides[i], batch, out)?;
             }
             Ok(Message::Barrier(epoch)) => {
                 held[i] = true;

@@ -42,8 +42,14 @@ pub enum TaskError {
 
 /// An operator inside a stage task. The runtime calls one hook per message.
 pub trait Operator: Send {
-    /// Rows arrived on input `input`.
-    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError>;
+    /// Rows arrived on input `input` (the position of the upstream in the
+    /// stage's `input` list: a join's left is 0, its right 1).
+    fn on_batch(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError>;
     /// The task's watermark (the minimum over its inputs) advanced. The
     /// default forwards it; an operator that holds rows back fires them
     /// first.

@@ -13,7 +13,10 @@ use crate::plugin::{
     StepInstance, TaskIdentity,
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
-use crate::runtime::operators::{WindowPlan, column_names};
+use crate::runtime::operators::{
+    JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, WindowPlan,
+    column_names,
+};
 use crate::sql::StatelessQuery;
 use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, StageKind, Topology};
 
@@ -46,8 +49,10 @@ pub enum StageTask {
     Sql(StatelessQuery),
     /// An opened step (boxed: an instance is large and moves to its thread).
     Step(Box<StepInstance>),
-    /// A keyed window aggregation (stateful).
-    Window(WindowPlan),
+    /// A stateful operator (windows, sessions, top-N, joins).
+    Stateful(StatefulPlan),
+    /// A lookup join against a table loaded at start.
+    Lookup(LookupPlan),
 }
 
 /// A stage with its tasks.
@@ -56,10 +61,11 @@ pub struct PlannedStage {
     pub name: String,
     /// Input names.
     pub inputs: Vec<String>,
-    /// `sql`, `step` or `window`.
+    /// `sql`, `step`, `window`, … ([`StageKind::label`]).
     pub kind: &'static str,
-    /// Key columns, for a keyed stage: rows are routed to it by key hash.
-    pub key: Option<Vec<String>>,
+    /// For a keyed stage, the key columns of each input (in input order):
+    /// rows are routed to the task owning their key's vnode.
+    pub keys: Option<Vec<Vec<String>>>,
     /// One per task.
     pub tasks: Vec<StageTask>,
     /// Output schema.
@@ -174,10 +180,54 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
             });
         }
     }
+    let mut tables: BTreeMap<String, arrow::array::RecordBatch> = BTreeMap::new();
+    for node in &topology.tables {
+        let key = format!("tables.{}", node.name);
+        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Source) else {
+            continue;
+        };
+        let id = p.identity(&node.name, 0, 1);
+        let loaded = SourceInstance::open(
+            engine,
+            &plugin,
+            &node.plugin.sandbox,
+            &id,
+            &node.plugin.config_json,
+        );
+        match loaded {
+            Ok(mut instance) => match LookupTable::load(&mut instance) {
+                Ok(rows) => {
+                    tracing::info!(table = %node.name, rows = rows.num_rows(), "lookup table loaded");
+                    tables.insert(node.name.clone(), rows);
+                }
+                Err(m) => p.errors.push(
+                    topology
+                        .source_map
+                        .at_key(&key, format!("cannot load the table: {m}")),
+                ),
+            },
+            Err(e) => p.open_error(&key, e),
+        }
+    }
     let mut stages = Vec::new();
     for node in &topology.stages {
         let key = format!("stages.{}", node.name);
-        let Some(input) = p.input_schema(&key, &node.inputs, &schemas) else {
+        // A join's inputs have their own schemas; every other stage's
+        // inputs must agree.
+        let input = if matches!(node.kind, StageKind::Join(_)) {
+            match node
+                .inputs
+                .iter()
+                .map(|i| schemas.get(i))
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(s) if !s.is_empty() => Some(Arc::clone(s[0])),
+                _ => None,
+            }
+        } else {
+            p.input_schema(&key, &node.inputs, &schemas)
+        };
+        let Some(input) = input else {
             continue;
         };
         let mut tasks = Vec::new();
@@ -208,22 +258,49 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                     }
                 }
             }
-            StageKind::Window(spec) => match WindowPlan::new(spec, Arc::clone(&input)) {
-                Ok(w) => {
-                    schema = Some(w.output_schema());
-                    for _ in 0..node.parallelism {
-                        tasks.push(StageTask::Window(w.clone()));
+            StageKind::Window(_)
+            | StageKind::Session(_)
+            | StageKind::TopN(_)
+            | StageKind::Join(_) => {
+                match stateful_plan(&node.kind, &node.inputs, input, &schemas) {
+                    Ok(plan) => {
+                        schema = Some(plan.output_schema());
+                        for _ in 0..node.parallelism {
+                            tasks.push(StageTask::Stateful(plan.clone()));
+                        }
+                    }
+                    Err((field, message)) => {
+                        p.errors.push(
+                            topology
+                                .source_map
+                                .at_key(&format!("{key}.{field}"), message),
+                        );
+                        continue;
                     }
                 }
-                Err((field, message)) => {
-                    p.errors.push(
-                        topology
-                            .source_map
-                            .at_key(&format!("{key}.{field}"), message),
-                    );
+            }
+            StageKind::Lookup(spec) => {
+                // A table that failed to load has its own diagnostic.
+                let Some(rows) = tables.get(&spec.table) else {
                     continue;
+                };
+                match LookupPlan::new(spec, input, rows.clone()) {
+                    Ok(plan) => {
+                        schema = Some(plan.output_schema());
+                        for _ in 0..node.parallelism {
+                            tasks.push(StageTask::Lookup(plan.clone()));
+                        }
+                    }
+                    Err((field, message)) => {
+                        p.errors.push(
+                            topology
+                                .source_map
+                                .at_key(&format!("{key}.{field}"), message),
+                        );
+                        continue;
+                    }
                 }
-            },
+            }
             StageKind::Step(use_) => {
                 let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
                     continue;
@@ -252,16 +329,11 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         }
         if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
             schemas.insert(node.name.clone(), Arc::clone(&schema));
-            let (kind, key) = match &node.kind {
-                StageKind::Sql(_) => ("sql", None),
-                StageKind::Step(_) => ("step", None),
-                StageKind::Window(w) => ("window", Some(w.key.clone())),
-            };
             stages.push(PlannedStage {
                 name: node.name.clone(),
                 inputs: node.inputs.clone(),
-                kind,
-                key,
+                kind: node.kind.label(),
+                keys: node.kind.input_keys(node.inputs.len()),
                 tasks,
                 schema,
             });
@@ -318,6 +390,36 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         stages,
         sinks,
         plugins: loaded,
+    })
+}
+
+/// Plan a stateful stage against its input schema(s). The error is
+/// (setting under the stage, message).
+fn stateful_plan(
+    kind: &StageKind,
+    inputs: &[String],
+    input: SchemaRef,
+    schemas: &BTreeMap<String, SchemaRef>,
+) -> Result<StatefulPlan, (String, String)> {
+    Ok(match kind {
+        StageKind::Window(spec) => StatefulPlan::Window(WindowPlan::new(spec, input)?),
+        StageKind::Session(spec) => StatefulPlan::Session(SessionPlan::new(spec, input)?),
+        StageKind::TopN(spec) => StatefulPlan::TopN(TopNPlan::new(spec, input)?),
+        StageKind::Join(spec) => {
+            let side = |i: usize| -> Result<(&str, SchemaRef), (String, String)> {
+                let name = inputs
+                    .get(i)
+                    .ok_or_else(|| ("input".to_string(), "a join reads two inputs".to_string()))?;
+                let schema = schemas
+                    .get(name)
+                    .ok_or_else(|| ("input".to_string(), format!("no schema for `{name}`")))?;
+                Ok((name.as_str(), Arc::clone(schema)))
+            };
+            StatefulPlan::Join(JoinPlan::new(spec, side(0)?, side(1)?)?)
+        }
+        StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => {
+            return Err(("".into(), "not a stateful stage".into()));
+        }
     })
 }
 

@@ -58,6 +58,28 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
             ));
         }
         check_inputs("stages", &stage.name, &stage.inputs, &mut errors);
+        match &stage.kind {
+            StageKind::Join(_) if stage.inputs.len() != 2 => errors.push(map.at_key(
+                &format!("stages.{}.input", stage.name),
+                format!(
+                    "a join reads exactly two inputs, left then right (`input = [\"left\", \"right\"]`); it has {}",
+                    stage.inputs.len()
+                ),
+            )),
+            StageKind::Lookup(l) if !t.tables.iter().any(|table| table.name == l.table) => {
+                let known: Vec<&str> = t.tables.iter().map(|t| t.name.as_str()).collect();
+                errors.push(map.at_key(
+                    &format!("stages.{}.lookup.table", stage.name),
+                    format!(
+                        "no table named `{}`; add a [tables.{}] table with a bounded source plugin (known tables: {})",
+                        l.table,
+                        l.table,
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    ),
+                ));
+            }
+            _ => {}
+        }
     }
     for sink in &t.sinks {
         let is_dlq = t.dead_letter.as_deref() == Some(sink.name.as_str());
@@ -111,7 +133,7 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
 /// — and never, with state growing forever, on an unbounded one.
 fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
     for stage in &t.stages {
-        if !matches!(stage.kind, StageKind::Window(_)) {
+        if !stage.kind.needs_watermark() {
             continue;
         }
         let mut missing = BTreeSet::new();
@@ -131,10 +153,16 @@ fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnosti
         }
         if !missing.is_empty() {
             let names: Vec<&str> = missing.into_iter().collect();
+            let field = match stage.kind {
+                StageKind::Session(_) => "session",
+                StageKind::Join(_) => "join",
+                _ => "window",
+            };
             errors.push(t.source_map.at_key(
-                &format!("stages.{}.window", stage.name),
+                &format!("stages.{}.{field}", stage.name),
                 format!(
-                    "a window fires when the watermark passes its end, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
+                    "a {} fires when the watermark passes its end, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
+                    field,
                     names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
                     if names.len() == 1 { "it" } else { "each" }
                 ),

@@ -10,13 +10,16 @@
 mod diagnostic;
 mod graph;
 pub(crate) mod raw;
+mod raw_stateful;
+mod stateful;
 mod units;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
-pub use units::{parse_duration, parse_duration_or_zero, parse_size};
+pub use stateful::{JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec};
+pub use units::{parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size};
 
 use crate::plugin::SandboxPolicy;
 
@@ -113,28 +116,32 @@ impl WindowSpec {
     /// A one-line description; a restart refuses state written under
     /// another one (the meaning of the stored accumulators would differ).
     pub fn describe(&self) -> String {
-        let aggs: Vec<String> = self
-            .aggregates
-            .iter()
-            .map(|a| {
-                format!(
-                    "{:?}({}) AS {}",
-                    a.function,
-                    a.column.as_deref().unwrap_or("*"),
-                    a.alias
-                )
-                .to_lowercase()
-            })
-            .collect();
         format!(
             "window time={} size={}ms slide={}ms key=[{}] aggregates=[{}]",
             self.time,
             self.size.as_millis(),
             self.slide.as_millis(),
             self.key.join(", "),
-            aggs.join(", ")
+            describe_aggregates(&self.aggregates)
         )
     }
+}
+
+/// `count(*) as n, max(price) as top` — aggregates as a state format.
+pub(crate) fn describe_aggregates(aggregates: &[Aggregate]) -> String {
+    let aggs: Vec<String> = aggregates
+        .iter()
+        .map(|a| {
+            format!(
+                "{:?}({}) AS {}",
+                a.function,
+                a.column.as_deref().unwrap_or("*"),
+                a.alias
+            )
+            .to_lowercase()
+        })
+        .collect();
+    aggs.join(", ")
 }
 
 /// What a stage does.
@@ -146,6 +153,49 @@ pub enum StageKind {
     Step(PluginUse),
     /// A keyed event-time window aggregation (stateful).
     Window(WindowSpec),
+    /// Session windows per key (stateful).
+    Session(SessionSpec),
+    /// The top rows per window and key, or one row per key (stateful).
+    TopN(TopNSpec),
+    /// A join of two inputs bounded in event time (stateful).
+    Join(JoinSpec),
+    /// Enrichment from a table loaded at start (stateless).
+    Lookup(LookupSpec),
+}
+
+impl StageKind {
+    /// What the stage is, in one word, for messages and status.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StageKind::Sql(_) => "sql",
+            StageKind::Step(_) => "step",
+            StageKind::Window(_) => "window",
+            StageKind::Session(_) => "session",
+            StageKind::TopN(_) => "top_n",
+            StageKind::Join(_) => "join",
+            StageKind::Lookup(_) => "lookup",
+        }
+    }
+
+    /// For a stage whose rows are routed by key: the key columns of each
+    /// input, in input order. `None` for stages that take rows round-robin.
+    pub fn input_keys(&self, inputs: usize) -> Option<Vec<Vec<String>>> {
+        match self {
+            StageKind::Window(w) => Some(vec![w.key.clone(); inputs]),
+            StageKind::Session(s) => Some(vec![s.key.clone(); inputs]),
+            StageKind::TopN(t) => Some(vec![t.key.clone(); inputs]),
+            StageKind::Join(j) => Some((0..inputs).map(|i| j.key(i.min(1))).collect()),
+            StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => None,
+        }
+    }
+
+    /// Whether the stage holds state that fires on watermarks.
+    pub fn needs_watermark(&self) -> bool {
+        matches!(
+            self,
+            StageKind::Window(_) | StageKind::Session(_) | StageKind::TopN(_) | StageKind::Join(_)
+        )
+    }
 }
 
 /// A stage node.
@@ -217,6 +267,8 @@ pub struct Topology {
     pub stages: Vec<StageNode>,
     /// Sinks, by name order.
     pub sinks: Vec<SinkNode>,
+    /// Tables (bounded sources read at start for lookups), by name order.
+    pub tables: Vec<TableNode>,
     /// The sink that receives poison rows, if any.
     pub dead_letter: Option<String>,
     /// Positions of keys, for later diagnostics.
@@ -390,7 +442,7 @@ plugin = "blackhole-sink"
             "`stages.w.aggregates.0`: `median(price)` is not an aggregate",
             "`stages.w.aggregates.2`: the output column `n` appears twice",
             "`stages.w.aggregates.3`: `sum(*)` is not an aggregate",
-            "`stages.s.key`: `key` is for window stages",
+            "`stages.s.key`: `key` needs a stateful stage",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
         }

@@ -12,10 +12,11 @@ use toml::de::{DeTable, DeValue};
 
 use std::time::Duration;
 
+use super::raw_stateful::{RawJoin, RawLookup, RawSession, RawStateful, RawTopN, RawWindow};
 use super::{
-    Aggregate, AggregateFn, Diagnostic, Diagnostics, EventTime, PluginRef, PluginUse, Settings,
-    SinkNode, SourceMap, SourceNode, StageKind, StageNode, Topology, WindowSpec, parse_duration,
-    parse_duration_or_zero, parse_size,
+    Diagnostic, Diagnostics, EventTime, PluginRef, PluginUse, Settings, SinkNode, SourceMap,
+    SourceNode, StageKind, StageNode, TableNode, Topology, parse_duration, parse_duration_or_zero,
+    parse_size,
 };
 use crate::plugin::SandboxPolicy;
 
@@ -33,6 +34,8 @@ struct RawTopology {
     stages: BTreeMap<String, RawNode>,
     #[serde(default)]
     sinks: BTreeMap<String, RawNode>,
+    #[serde(default)]
+    tables: BTreeMap<String, RawNode>,
 }
 
 /// The `[checkpoint]` table.
@@ -51,7 +54,7 @@ struct RawCheckpoint {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNode {
-    input: Option<Inputs>,
+    input: Option<OneOrMany>,
     sql: Option<String>,
     plugin: Option<String>,
     path: Option<String>,
@@ -64,6 +67,11 @@ struct RawNode {
     call_timeout: Option<String>,
     watermark: Option<RawEventTime>,
     window: Option<RawWindow>,
+    session: Option<RawSession>,
+    top_n: Option<RawTopN>,
+    dedup: Option<String>,
+    join: Option<RawJoin>,
+    lookup: Option<RawLookup>,
     key: Option<Vec<String>>,
     aggregates: Option<Vec<String>>,
 }
@@ -75,16 +83,6 @@ struct RawEventTime {
     column: String,
     delay: Option<String>,
     idle_timeout: Option<String>,
-}
-
-/// `window = { … }` on a stage.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWindow {
-    time: String,
-    size: String,
-    slide: Option<String>,
-    allowed_lateness: Option<String>,
 }
 
 impl RawNode {
@@ -99,6 +97,20 @@ impl RawNode {
             call_timeout: self.call_timeout.take(),
         }
     }
+
+    /// Move the stateful-stage keys out.
+    fn take_stateful(&mut self) -> RawStateful {
+        RawStateful {
+            window: self.window.take(),
+            session: self.session.take(),
+            top_n: self.top_n.take(),
+            dedup: self.dedup.take(),
+            join: self.join.take(),
+            lookup: self.lookup.take(),
+            key: self.key.take(),
+            aggregates: self.aggregates.take(),
+        }
+    }
 }
 
 /// The grant and limit keys of a plugin node.
@@ -110,18 +122,19 @@ struct RawSandbox {
     call_timeout: Option<String>,
 }
 
+/// A string or a list of strings (`input`, `on`, `order_by`).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Inputs {
+pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
 
-impl Inputs {
-    fn into_vec(self) -> Vec<String> {
+impl OneOrMany {
+    pub(super) fn into_vec(self) -> Vec<String> {
         match self {
-            Inputs::One(s) => vec![s],
-            Inputs::Many(v) => v,
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
         }
     }
 }
@@ -247,7 +260,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 "a source cannot run SQL; put the query in a stage",
             ));
         }
-        refuse_window_keys(&ctx, &key, &s, "a source", &mut errors);
+        refuse_stage_keys(&ctx, &key, &s, "a source", &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
         let event_time = s
             .watermark
@@ -268,41 +281,26 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         let key = format!("stages.{n}");
         check_name(&ctx, &key, &n, &mut errors);
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
-        let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
+        let inputs = s.input.take().map(OneOrMany::into_vec).unwrap_or_default();
         if s.watermark.is_some() {
             errors.push(map.at_key(
                 &format!("{key}.watermark"),
                 "`watermark` belongs on a source: watermarks start where rows enter",
             ));
         }
-        if let Some(window) = s.window {
-            if s.sql.is_some() || s.plugin.is_some() || s.path.is_some() {
-                errors.push(map.at_key(
-                    &format!("{key}.window"),
-                    "a window stage computes `aggregates`; it takes no `sql`, `plugin` or `path`",
-                ));
-                continue;
-            }
-            if let Some(spec) = ctx.window(&key, window, s.key, s.aggregates, &mut errors) {
+        let other_kind = s.sql.is_some() || s.plugin.is_some() || s.path.is_some();
+        match ctx.stateful_kind(&key, s.take_stateful(), other_kind, &mut errors) {
+            Some(Some(kind)) => {
                 stages.push(StageNode {
                     name: n,
                     inputs,
-                    kind: StageKind::Window(spec),
+                    kind,
                     parallelism,
                 });
+                continue;
             }
-            continue;
-        }
-        for (field, present) in [
-            ("key", s.key.is_some()),
-            ("aggregates", s.aggregates.is_some()),
-        ] {
-            if present {
-                errors.push(map.at_key(
-                    &format!("{key}.{field}"),
-                    format!("`{field}` is for window stages; add `window = {{ time = \"…\", size = \"…\" }}`"),
-                ));
-            }
+            Some(None) => continue,
+            None => {}
         }
         let kind = match (s.sql, s.plugin.is_some() || s.path.is_some()) {
             (Some(_), true) => {
@@ -349,7 +347,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 "a sink cannot run SQL; put the query in a stage",
             ));
         }
-        refuse_window_keys(&ctx, &key, &s, "a sink", &mut errors);
+        refuse_stage_keys(&ctx, &key, &s, "a sink", &mut errors);
         if s.watermark.is_some() {
             errors.push(map.at_key(
                 &format!("{key}.watermark"),
@@ -357,7 +355,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
             ));
         }
         let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
-        let inputs = s.input.map(Inputs::into_vec).unwrap_or_default();
+        let inputs = s.input.map(OneOrMany::into_vec).unwrap_or_default();
         if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
         {
             sinks.push(SinkNode {
@@ -366,6 +364,30 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 plugin,
                 parallelism,
             });
+        }
+    }
+    let mut tables = Vec::new();
+    for (n, mut s) in raw.tables {
+        let sandbox = s.take_sandbox();
+        let key = format!("tables.{n}");
+        check_name(&ctx, &key, &n, &mut errors);
+        refuse_stage_keys(&ctx, &key, &s, "a table", &mut errors);
+        for (field, present) in [
+            ("input", s.input.is_some()),
+            ("sql", s.sql.is_some()),
+            ("watermark", s.watermark.is_some()),
+            ("parallelism", s.parallelism.is_some()),
+        ] {
+            if present {
+                errors.push(map.at_key(
+                    &format!("{key}.{field}"),
+                    format!("a table is a bounded source read once at start by one task; it takes no `{field}`"),
+                ));
+            }
+        }
+        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
+        {
+            tables.push(TableNode { name: n, plugin });
         }
     }
     if !errors.is_empty() {
@@ -380,30 +402,35 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         sources,
         stages,
         sinks,
+        tables,
         dead_letter: raw.dead_letter,
         source_map: map,
     })
 }
 
 /// Window keys on a node that is not a stage.
-fn refuse_window_keys(
+fn refuse_stage_keys(
     ctx: &Ctx<'_>,
     key: &str,
     node: &RawNode,
     role: &str,
     errors: &mut Vec<Diagnostic>,
 ) {
-    for (field, present) in [
+    let present = [
         ("window", node.window.is_some()),
+        ("session", node.session.is_some()),
+        ("top_n", node.top_n.is_some()),
+        ("dedup", node.dedup.is_some()),
+        ("join", node.join.is_some()),
+        ("lookup", node.lookup.is_some()),
         ("key", node.key.is_some()),
         ("aggregates", node.aggregates.is_some()),
-    ] {
-        if present {
-            errors.push(ctx.map.at_key(
-                &format!("{key}.{field}"),
-                format!("{role} has no `{field}`; put the aggregation in a window stage"),
-            ));
-        }
+    ];
+    for (field, _) in present.iter().filter(|(_, p)| *p) {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.{field}"),
+            format!("{role} has no `{field}`; put it in a stage"),
+        ));
     }
 }
 
@@ -419,8 +446,8 @@ fn check_name(ctx: &Ctx<'_>, key: &str, name: &str, errors: &mut Vec<Diagnostic>
     }
 }
 
-struct Ctx<'a> {
-    map: &'a SourceMap,
+pub(super) struct Ctx<'a> {
+    pub(super) map: &'a SourceMap,
     dir: &'a Path,
 }
 
@@ -462,96 +489,6 @@ impl Ctx<'_> {
             column: raw.column,
             delay: delay?,
             idle_timeout: idle?,
-        })
-    }
-
-    fn window(
-        &self,
-        key: &str,
-        raw: RawWindow,
-        keys: Option<Vec<String>>,
-        aggregates: Option<Vec<String>>,
-        errors: &mut Vec<Diagnostic>,
-    ) -> Option<WindowSpec> {
-        let before = errors.len();
-        let mut duration = |field: &str, text: &str| match parse_duration(text) {
-            Ok(d) if d.as_millis() > 0 => Some(d),
-            Ok(_) => {
-                errors.push(
-                    self.map
-                        .at_key(&format!("{key}.window.{field}"), "must be at least 1ms"),
-                );
-                None
-            }
-            Err(m) => {
-                errors.push(self.map.at_key(&format!("{key}.window.{field}"), m));
-                None
-            }
-        };
-        let size = duration("size", &raw.size);
-        let slide = match &raw.slide {
-            Some(s) => duration("slide", s),
-            None => size,
-        };
-        let allowed_lateness = match raw.allowed_lateness.as_deref().map(parse_duration_or_zero) {
-            None => Some(Duration::ZERO),
-            Some(Ok(d)) => Some(d),
-            Some(Err(m)) => {
-                errors.push(
-                    self.map
-                        .at_key(&format!("{key}.window.allowed_lateness"), m),
-                );
-                None
-            }
-        };
-        if let (Some(size), Some(slide)) = (size, slide)
-            && (slide > size || size.as_millis() % slide.as_millis() != 0)
-        {
-            errors.push(self.map.at_key(
-                &format!("{key}.window.slide"),
-                format!(
-                    "the slide ({}ms) must divide the size ({}ms): every row then belongs to size/slide windows",
-                    slide.as_millis(),
-                    size.as_millis()
-                ),
-            ));
-        }
-        let keys = keys.unwrap_or_default();
-        let mut parsed = Vec::new();
-        let aggregates = aggregates.unwrap_or_default();
-        if aggregates.is_empty() {
-            errors.push(self.map.at_key(
-                key,
-                "a window stage needs `aggregates = [\"count(*) AS n\", …]`",
-            ));
-        }
-        for (i, text) in aggregates.iter().enumerate() {
-            match parse_aggregate(text) {
-                Ok(a) => {
-                    if parsed.iter().any(|p: &Aggregate| p.alias == a.alias)
-                        || keys.contains(&a.alias)
-                        || ["window_start", "window_end"].contains(&a.alias.as_str())
-                    {
-                        errors.push(self.map.at_key(
-                            &format!("{key}.aggregates.{i}"),
-                            format!("the output column `{}` appears twice; give it another name with `AS`", a.alias),
-                        ));
-                    }
-                    parsed.push(a);
-                }
-                Err(m) => errors.push(self.map.at_key(&format!("{key}.aggregates.{i}"), m)),
-            }
-        }
-        if errors.len() > before {
-            return None;
-        }
-        Some(WindowSpec {
-            time: raw.time,
-            size: size?,
-            slide: slide?,
-            allowed_lateness: allowed_lateness?,
-            key: keys,
-            aggregates: parsed,
         })
     }
 
@@ -640,49 +577,6 @@ impl Ctx<'_> {
         }
         policy
     }
-}
-
-/// Parse `"sum(price) AS volume"`, `"count(*)"`, `"max(price)"`.
-fn parse_aggregate(text: &str) -> Result<Aggregate, String> {
-    let usage = || {
-        format!(
-            "`{text}` is not an aggregate; write `fn(column) AS name` with fn one of count, sum, min, max, avg (count(*) counts rows)"
-        )
-    };
-    let (call, alias) = match text.to_ascii_lowercase().find(" as ") {
-        Some(i) => (text[..i].trim(), Some(text[i + 4..].trim().to_string())),
-        None => (text.trim(), None),
-    };
-    let open = call.find('(').ok_or_else(usage)?;
-    let arg = call[open + 1..].strip_suffix(')').ok_or_else(usage)?.trim();
-    let function = match call[..open].trim().to_ascii_lowercase().as_str() {
-        "count" => AggregateFn::Count,
-        "sum" => AggregateFn::Sum,
-        "min" => AggregateFn::Min,
-        "max" => AggregateFn::Max,
-        "avg" => AggregateFn::Avg,
-        _ => return Err(usage()),
-    };
-    let column = match arg {
-        "*" if function == AggregateFn::Count => None,
-        "" | "*" => return Err(usage()),
-        c => Some(c.to_string()),
-    };
-    let name = format!("{:?}", function).to_lowercase();
-    let alias = alias.unwrap_or_else(|| match &column {
-        Some(c) => format!("{name}_{c}"),
-        None => name,
-    });
-    if alias.is_empty() || !alias.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!(
-            "`{alias}` is not a column name (letters, digits, `_`)"
-        ));
-    }
-    Ok(Aggregate {
-        function,
-        column,
-        alias,
-    })
 }
 
 /// TOML → JSON for plugin configs (datetimes become RFC 3339 strings).

@@ -39,6 +39,20 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Parse a duration that may be negative (`"-5s"`, `"10s"`, `"0"`) into
+/// microseconds: the bounds of an interval join.
+pub fn parse_signed_duration(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let (sign, rest) = match t.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let d = parse_duration_or_zero(rest).map_err(|e| e.replace(rest, text))?;
+    i64::try_from(d.as_micros())
+        .map(|us| sign * us)
+        .map_err(|_| format!("`{text}` is too long a duration"))
+}
+
 /// Parse `"64MiB"`, `"1GiB"`, `"512MB"`, `"1048576"` into bytes.
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let t = text.trim();

@@ -1,11 +1,80 @@
-//! The operators, one per file.
+//! The operators, one per file, and [`StatefulPlan`]: the stateful ones
+//! as the executor and the restore check see them (a state format, an
+//! output schema, an operator built on a task's [`StateContext`]).
 
+mod join;
+mod lookup;
+pub(crate) mod rows;
+mod session;
 mod sink_writer;
 mod sql_stage;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+mod top_n;
 mod wasm_step;
 mod window;
 
+use arrow::datatypes::SchemaRef;
+
+pub use join::{IntervalJoin, JoinPlan, WindowJoin};
+pub use lookup::{LookupJoin, LookupPlan, LookupTable};
+pub use session::{SessionAggregate, SessionPlan};
 pub use sink_writer::SinkWriter;
 pub use sql_stage::SqlStage;
+pub use top_n::{TopN, TopNPlan};
 pub use wasm_step::WasmStep;
 pub use window::{WindowAggregate, WindowPlan, column_names};
+
+use super::checkpoint::StateContext;
+use super::operator::{Operator, TaskError};
+use crate::topology::JoinWindow;
+
+/// A stateful stage, planned; cloned per task.
+#[derive(Debug, Clone)]
+pub enum StatefulPlan {
+    /// Tumbling or hopping window aggregates.
+    Window(WindowPlan),
+    /// Session window aggregates.
+    Session(SessionPlan),
+    /// Top-N / dedup per window and key.
+    TopN(TopNPlan),
+    /// A window or interval join.
+    Join(JoinPlan),
+}
+
+impl StatefulPlan {
+    /// What the state means; a restart refuses state of another format.
+    pub fn format(&self) -> String {
+        match self {
+            StatefulPlan::Window(p) => p.format(),
+            StatefulPlan::Session(p) => p.format(),
+            StatefulPlan::TopN(p) => p.format(),
+            StatefulPlan::Join(p) => p.format(),
+        }
+    }
+
+    /// The rows the stage emits.
+    pub fn output_schema(&self) -> SchemaRef {
+        match self {
+            StatefulPlan::Window(p) => p.output_schema(),
+            StatefulPlan::Session(p) => p.output_schema(),
+            StatefulPlan::TopN(p) => p.output_schema(),
+            StatefulPlan::Join(p) => p.output_schema(),
+        }
+    }
+
+    /// The operator of one task, its state restored from `ctx`.
+    pub fn operator(self, ctx: StateContext) -> Result<Box<dyn Operator>, TaskError> {
+        Ok(match self {
+            StatefulPlan::Window(p) => Box::new(WindowAggregate::new(p, ctx)?),
+            StatefulPlan::Session(p) => Box::new(SessionAggregate::new(p, ctx)?),
+            StatefulPlan::TopN(p) => Box::new(TopN::new(p, ctx)?),
+            StatefulPlan::Join(p) => match p.window() {
+                JoinWindow::Tumbling(_) => Box::new(WindowJoin::new(p, ctx)?),
+                JoinWindow::Interval { .. } => Box::new(IntervalJoin::new(p, ctx)?),
+            },
+        })
+    }
+}

@@ -49,7 +49,12 @@ impl SinkWriter {
 }
 
 impl Operator for SinkWriter {
-    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError> {
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError> {
         self.instance.write(&batch)?;
         StageMetrics::add(&out.metrics.rows_out, batch.num_rows() as u64);
         Ok(())

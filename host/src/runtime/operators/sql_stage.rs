@@ -22,7 +22,12 @@ impl SqlStage {
 }
 
 impl Operator for SqlStage {
-    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError> {
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError> {
         let result = self
             .query
             .evaluate(&batch)

@@ -99,7 +99,12 @@ fn take(batch: &RecordBatch, rows: &[usize]) -> Result<RecordBatch, arrow::error
 }
 
 impl Operator for WasmStep {
-    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError> {
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError> {
         let rows: Vec<usize> = (0..batch.num_rows()).collect();
         let mut output = Vec::new();
         let mut poison = Vec::new();

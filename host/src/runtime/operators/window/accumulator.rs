@@ -146,6 +146,39 @@ impl BoundAggregate {
         }
     }
 
+    /// Fold `b` into `a` (sessions merging).
+    pub fn merge(&self, a: &mut Acc, b: &Acc) {
+        if b.count == 0 {
+            return;
+        }
+        let int = matches!(self.input, Some((_, Some(Numeric::Int))));
+        match self.function {
+            AggregateFn::Count => {}
+            AggregateFn::Min | AggregateFn::Max => {
+                let min = self.function == AggregateFn::Min;
+                if int {
+                    a.int = match (a.count, min) {
+                        (0, _) => b.int,
+                        (_, true) => a.int.min(b.int),
+                        (_, false) => a.int.max(b.int),
+                    };
+                    a.float += b.float;
+                } else {
+                    a.float = match (a.count, min) {
+                        (0, _) => b.float,
+                        (_, true) => a.float.min(b.float),
+                        (_, false) => a.float.max(b.float),
+                    };
+                }
+            }
+            AggregateFn::Sum | AggregateFn::Avg => {
+                a.int = a.int.wrapping_add(b.int);
+                a.float += b.float;
+            }
+        }
+        a.count += b.count;
+    }
+
     /// The output column for `accs`.
     pub fn finish(&self, accs: impl Iterator<Item = Acc>) -> ArrayRef {
         let int = matches!(self.input, Some((_, Some(Numeric::Int))));
@@ -187,6 +220,88 @@ pub struct Acc {
     pub int: i64,
     /// Float sum/min/max (or the float sum of integers).
     pub float: f64,
+}
+
+/// The snapshot fields of `n` aggregates: three per aggregate.
+pub fn acc_fields(n: usize) -> Vec<Field> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                Field::new(format!("a{i}_count"), DataType::Int64, false),
+                Field::new(format!("a{i}_int"), DataType::Int64, false),
+                Field::new(format!("a{i}_float"), DataType::Float64, false),
+            ]
+        })
+        .collect()
+}
+
+/// The snapshot columns of `groups` (each `n` accumulators).
+pub fn acc_columns<'a>(n: usize, groups: impl Iterator<Item = &'a [Acc]>) -> Vec<ArrayRef> {
+    let mut by_agg: Vec<Vec<Acc>> = vec![Vec::new(); n];
+    for accs in groups {
+        for (a, acc) in accs.iter().enumerate() {
+            by_agg[a].push(*acc);
+        }
+    }
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(3 * n);
+    for a in &by_agg {
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            a.iter().map(|x| x.count),
+        )));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            a.iter().map(|x| x.int),
+        )));
+        columns.push(Arc::new(Float64Array::from_iter_values(
+            a.iter().map(|x| x.float),
+        )));
+    }
+    columns
+}
+
+/// Reads accumulators back from snapshot columns.
+pub struct AccReader<'a> {
+    columns: Vec<(&'a Int64Array, &'a Int64Array, &'a Float64Array)>,
+}
+
+impl<'a> AccReader<'a> {
+    /// The `n` aggregates whose columns start at `first` in `batch`.
+    pub fn new(
+        batch: &'a arrow::array::RecordBatch,
+        first: usize,
+        n: usize,
+    ) -> Result<Self, String> {
+        if batch.num_columns() != first + 3 * n {
+            return Err(format!(
+                "{} columns, expected {} for {n} aggregates",
+                batch.num_columns(),
+                first + 3 * n
+            ));
+        }
+        let col = |i: usize| batch.column(i).as_any();
+        let bad = || "unexpected accumulator column types".to_string();
+        let mut columns = Vec::with_capacity(n);
+        for a in 0..n {
+            let c = first + 3 * a;
+            columns.push((
+                col(c).downcast_ref::<Int64Array>().ok_or_else(bad)?,
+                col(c + 1).downcast_ref::<Int64Array>().ok_or_else(bad)?,
+                col(c + 2).downcast_ref::<Float64Array>().ok_or_else(bad)?,
+            ));
+        }
+        Ok(AccReader { columns })
+    }
+
+    /// The accumulators of row `row`.
+    pub fn row(&self, row: usize) -> Vec<Acc> {
+        self.columns
+            .iter()
+            .map(|(c, i, f)| Acc {
+                count: c.value(row),
+                int: i.value(row),
+                float: f.value(row),
+            })
+            .collect()
+    }
 }
 
 fn downcast<T: 'static>(a: &ArrayRef) -> Result<&T, ArrowError> {

@@ -21,15 +21,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, Float64Array, Int64Array, RecordBatch, TimestampMicrosecondArray,
-    UInt16Array,
+    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt16Array,
 };
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-pub use accumulator::BoundAggregate;
-pub use accumulator::column_names;
-use accumulator::{Acc, Values};
+pub use accumulator::{
+    Acc, AccReader, BoundAggregate, Values, acc_columns, acc_fields, column_names,
+};
+
+use super::rows::{
+    SettingError, StateGauge, advance, column, event_micros, held_back, keyed_aggregation,
+};
 
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
@@ -40,8 +42,6 @@ use crate::topology::WindowSpec;
 
 /// Rows per output batch when a window fires.
 const OUTPUT_BATCH: usize = 8192;
-/// Schema metadata key of the snapshot's watermark.
-const WATERMARK_KEY: &str = "fvhost.watermark";
 
 /// A window stage checked against its input schema; cloned per task.
 #[derive(Debug, Clone)]
@@ -55,58 +55,13 @@ pub struct WindowPlan {
 
 impl WindowPlan {
     /// Check `spec` against `input`. The error names the offending setting.
-    pub fn new(spec: &WindowSpec, input: SchemaRef) -> Result<Self, (String, String)> {
-        let time = input.index_of(&spec.time).map_err(|_| {
-            (
-                "window.time".to_string(),
-                format!(
-                    "no column `{}` in the input (columns: {})",
-                    spec.time,
-                    column_names(&input)
-                ),
-            )
-        })?;
-        if !matches!(input.field(time).data_type(), DataType::Timestamp(_, _)) {
-            return Err((
-                "window.time".into(),
-                format!(
-                    "`{}` is {}; the event-time column must be a timestamp",
-                    spec.time,
-                    input.field(time).data_type()
-                ),
-            ));
-        }
-        let mut fields = vec![
-            Field::new(
-                "window_start",
-                DataType::Timestamp(TimeUnit::Microsecond, None),
-                false,
-            ),
-            Field::new(
-                "window_end",
-                DataType::Timestamp(TimeUnit::Microsecond, None),
-                false,
-            ),
-        ];
-        for k in &spec.key {
-            let i = input.index_of(k).map_err(|_| {
-                (
-                    "key".to_string(),
-                    format!(
-                        "no column `{k}` in the input (columns: {})",
-                        column_names(&input)
-                    ),
-                )
-            })?;
-            fields.push(input.field(i).clone());
-        }
-        let mut aggregates = Vec::new();
-        for (n, a) in spec.aggregates.iter().enumerate() {
-            let bound =
-                BoundAggregate::bind(a, &input).map_err(|m| (format!("aggregates.{n}"), m))?;
-            fields.push(bound.field());
-            aggregates.push(bound);
-        }
+    pub fn new(spec: &WindowSpec, input: SchemaRef) -> Result<Self, SettingError> {
+        let (time, fields, aggregates) = keyed_aggregation(
+            &input,
+            ("window.time", &spec.time),
+            &spec.key,
+            &spec.aggregates,
+        )?;
         // Validate the key encoding once, here, rather than per task.
         KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
         Ok(WindowPlan {
@@ -134,11 +89,7 @@ impl WindowPlan {
             Field::new("window_start", DataType::Int64, false),
             Field::new("key", DataType::Binary, false),
         ];
-        for i in 0..self.aggregates.len() {
-            fields.push(Field::new(format!("a{i}_count"), DataType::Int64, false));
-            fields.push(Field::new(format!("a{i}_int"), DataType::Int64, false));
-            fields.push(Field::new(format!("a{i}_float"), DataType::Float64, false));
-        }
+        fields.extend(acc_fields(self.aggregates.len()));
         Schema::new(fields)
     }
 }
@@ -167,20 +118,13 @@ pub struct WindowAggregate {
     watermark: Option<i64>,
     ctx: StateContext,
     format: String,
-    /// Groups held, as last reported to the stage's gauge.
-    groups: u64,
+    gauge: StateGauge,
 }
 
 impl WindowAggregate {
     /// The operator of one task, with the state restored for its vnodes.
     pub fn new(plan: WindowPlan, ctx: StateContext) -> Result<Self, TaskError> {
-        let stage = ctx.stage.clone();
-        let fail = |message: String| TaskError::State {
-            stage: stage.clone(),
-            message,
-        };
-        let hasher =
-            KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| fail(e.to_string()))?;
+        let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
         let mut op = WindowAggregate {
             size: plan.spec.size.as_micros() as i64,
             slide: plan.spec.slide.as_micros() as i64,
@@ -191,71 +135,27 @@ impl WindowAggregate {
             windows: BTreeMap::new(),
             watermark: None,
             ctx,
-            groups: 0,
+            gauge: StateGauge::default(),
         };
-        op.restore().map_err(fail)?;
+        op.restore().map_err(|m| op.ctx.error(m))?;
         Ok(op)
-    }
-
-    fn fail(&self, message: impl std::fmt::Display) -> TaskError {
-        TaskError::State {
-            stage: self.ctx.stage.clone(),
-            message: message.to_string(),
-        }
     }
 
     /// Load the groups of this task's vnodes from the restored objects.
     fn restore(&mut self) -> Result<(), String> {
-        let restored = std::mem::take(&mut self.ctx.restored);
-        let mut watermark: Option<i64> = None;
-        for (object, bytes) in &restored {
-            for batch in StateSnapshot::decode(object, bytes).map_err(|e| e.to_string())? {
-                if let Some(w) = batch
-                    .schema()
-                    .metadata()
-                    .get(WATERMARK_KEY)
-                    .and_then(|w| w.parse::<i64>().ok())
-                {
-                    // Tasks may have been at different watermarks; the
-                    // lowest one re-fires nothing (fired windows are gone).
-                    watermark = Some(watermark.map_or(w, |m| m.min(w)));
-                }
-                self.load(&batch)
-                    .map_err(|e| format!("state object {}: {e}", object.key))?;
-            }
+        let (batches, watermark) = self.ctx.take_restored()?;
+        for batch in &batches {
+            self.load(batch)?;
         }
         self.watermark = watermark;
         Ok(())
     }
 
     fn load(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        let n = self.plan.aggregates.len();
-        if batch.num_columns() != 3 + 3 * n {
-            return Err(format!(
-                "{} columns, expected {} for {n} aggregates",
-                batch.num_columns(),
-                3 + 3 * n
-            ));
-        }
-        let col = |i: usize| batch.column(i).as_any();
-        let bad = || "unexpected column types".to_string();
-        let vnodes = col(0).downcast_ref::<UInt16Array>().ok_or_else(bad)?;
-        let starts = col(1).downcast_ref::<Int64Array>().ok_or_else(bad)?;
-        let keys = col(2).downcast_ref::<BinaryArray>().ok_or_else(bad)?;
-        let mut accs = Vec::with_capacity(n);
-        for a in 0..n {
-            accs.push((
-                col(3 + 3 * a)
-                    .downcast_ref::<Int64Array>()
-                    .ok_or_else(bad)?,
-                col(4 + 3 * a)
-                    .downcast_ref::<Int64Array>()
-                    .ok_or_else(bad)?,
-                col(5 + 3 * a)
-                    .downcast_ref::<Float64Array>()
-                    .ok_or_else(bad)?,
-            ));
-        }
+        let accs = AccReader::new(batch, 3, self.plan.aggregates.len())?;
+        let vnodes = column::<UInt16Array>(batch, 0)?;
+        let starts = column::<Int64Array>(batch, 1)?;
+        let keys = column::<BinaryArray>(batch, 2)?;
         for row in 0..batch.num_rows() {
             let vnode = vnodes.value(row);
             if !self.ctx.vnodes.contains(vnode) {
@@ -263,14 +163,7 @@ impl WindowAggregate {
             }
             let group = Group {
                 vnode,
-                accs: accs
-                    .iter()
-                    .map(|(c, i, f)| Acc {
-                        count: c.value(row),
-                        int: i.value(row),
-                        float: f.value(row),
-                    })
-                    .collect(),
+                accs: accs.row(row),
             };
             self.windows
                 .entry(starts.value(row))
@@ -286,15 +179,13 @@ impl WindowAggregate {
         let mut vnodes = Vec::new();
         let mut starts = Vec::new();
         let mut keys: Vec<&[u8]> = Vec::new();
-        let mut accs: Vec<Vec<Acc>> = vec![Vec::new(); n];
+        let mut accs: Vec<&[Acc]> = Vec::new();
         for (start, groups) in &self.windows {
             for (key, g) in groups {
                 vnodes.push(g.vnode);
                 starts.push(*start);
                 keys.push(key);
-                for (a, acc) in g.accs.iter().enumerate() {
-                    accs[a].push(*acc);
-                }
+                accs.push(&g.accs);
             }
         }
         let mut columns: Vec<ArrayRef> = vec![
@@ -302,38 +193,15 @@ impl WindowAggregate {
             Arc::new(Int64Array::from(starts)),
             Arc::new(BinaryArray::from_vec(keys)),
         ];
-        for a in &accs {
-            columns.push(Arc::new(Int64Array::from_iter_values(
-                a.iter().map(|x| x.count),
-            )));
-            columns.push(Arc::new(Int64Array::from_iter_values(
-                a.iter().map(|x| x.int),
-            )));
-            columns.push(Arc::new(Float64Array::from_iter_values(
-                a.iter().map(|x| x.float),
-            )));
-        }
-        let mut metadata = std::collections::HashMap::new();
-        if let Some(w) = self.watermark {
-            metadata.insert(WATERMARK_KEY.to_string(), w.to_string());
-        }
-        let schema = Arc::new(self.plan.snapshot_schema().with_metadata(metadata));
-        let key = format!("{} epoch {epoch}", self.ctx.stage);
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| self.fail(e))?;
-        StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.fail(e))
+        columns.extend(acc_columns(n, accs.into_iter()));
+        self.ctx
+            .encode(epoch, self.plan.snapshot_schema(), self.watermark, columns)
     }
 
     /// Report the number of groups held to the stage's gauge.
     fn report_groups(&mut self, out: &Emitter) {
         let now: u64 = self.windows.values().map(|g| g.len() as u64).sum();
-        if now >= self.groups {
-            StageMetrics::add(&out.metrics.state_groups, now - self.groups);
-        } else {
-            out.metrics
-                .state_groups
-                .fetch_sub(self.groups - now, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.groups = now;
+        self.gauge.report(now, out);
     }
 
     /// Emit and drop every window that ends at or before `watermark`.
@@ -365,7 +233,7 @@ impl WindowAggregate {
             .hasher
             .converter()
             .convert_rows(groups.iter().map(|(k, _)| parser.parse(k)))
-            .map_err(|e| self.fail(e))?;
+            .map_err(|e| self.ctx.error(e))?;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampMicrosecondArray::from(vec![start; n])),
             Arc::new(TimestampMicrosecondArray::from(vec![
@@ -379,29 +247,26 @@ impl WindowAggregate {
         for (a, agg) in self.plan.aggregates.iter().enumerate() {
             columns.push(agg.finish(groups.iter().map(|(_, g)| g.accs[a])));
         }
-        RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.fail(e))
+        RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
     }
 }
 
 impl Operator for WindowAggregate {
-    fn on_batch(&mut self, batch: RecordBatch, out: &mut Emitter) -> Result<(), TaskError> {
-        let times = cast(
-            batch.column(self.plan.time),
-            &DataType::Timestamp(TimeUnit::Microsecond, None),
-        )
-        .map_err(|e| self.fail(e))?;
-        let times = times
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .ok_or_else(|| self.fail("event time did not cast to microseconds"))?;
-        let rows = self.hasher.rows(&batch).map_err(|e| self.fail(e))?;
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError> {
+        let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
+        let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
         let values: Vec<Values> = self
             .plan
             .aggregates
             .iter()
             .map(|a| a.values(batch.columns()))
             .collect::<Result<_, _>>()
-            .map_err(|e| self.fail(e))?;
+            .map_err(|e| self.ctx.error(e))?;
         let mut late = 0u64;
         for row in 0..batch.num_rows() {
             if times.is_null(row) {
@@ -449,14 +314,13 @@ impl Operator for WindowAggregate {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && self.watermark.is_none_or(|old| w > old)
-        {
-            self.watermark = Some(w);
+        if let Some(w) = advance(&mut self.watermark, watermark) {
             self.fire(w, out)?;
             self.report_groups(out);
         }
-        out.watermark(watermark)
+        // Windows kept open by allowed lateness emit rows up to that much
+        // behind the watermark: hold it back so they are not late downstream.
+        out.watermark(held_back(watermark, self.lateness))
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {

@@ -211,7 +211,7 @@ fn feed(
     for (task, indices) in rows {
         let indices = arrow::array::UInt32Array::from(indices);
         let part = arrow::compute::take_record_batch(batch, &indices).expect("take");
-        ops[task].on_batch(part, out).expect("batch");
+        ops[task].on_batch(0, part, out).expect("batch");
     }
     if let Some(w) = watermark {
         for op in ops.iter_mut() {
@@ -411,7 +411,7 @@ fn a_window_without_key_is_one_global_group() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     ops[0]
-        .on_batch(batch(&[10, 20, 30, 130]), &mut out)
+        .on_batch(0, batch(&[10, 20, 30, 130]), &mut out)
         .expect("batch");
     assert_eq!(groups(&out), 2, "windows [0, 100) and [100, 200) are held");
     ops[0]

@@ -1,0 +1,179 @@
+//! Joins of two inputs bounded in event time — [`WindowJoin`] (both rows
+//! in the same tumbling window, Nexmark q8) and [`IntervalJoin`] (right
+//! rows within `[left + lower, left + upper]`) — and the [`JoinPlan`] they
+//! share: key columns per side (equal types, so both sides hash a key to
+//! the same vnode and the same task), event-time columns, whole rows kept
+//! as row-format bytes, and the output schema (left columns, then right
+//! columns, renamed `<right input>_<column>` where names collide).
+
+mod interval;
+mod window;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::error::ArrowError;
+
+pub use interval::IntervalJoin;
+pub use window::WindowJoin;
+
+use super::rows::{RowCodec, disambiguate};
+use super::window::column_names;
+use crate::state::KeyHasher;
+use crate::topology::{JoinSpec, JoinWindow};
+
+/// A join stage checked against its two input schemas.
+#[derive(Debug, Clone)]
+pub struct JoinPlan {
+    spec: JoinSpec,
+    inputs: [SchemaRef; 2],
+    /// Event-time column per side.
+    time: [usize; 2],
+    output: SchemaRef,
+}
+
+impl JoinPlan {
+    /// Check `spec` against the left and right inputs (named, for renaming
+    /// colliding right columns). The error names the setting at fault.
+    pub fn new(
+        spec: &JoinSpec,
+        left: (&str, SchemaRef),
+        right: (&str, SchemaRef),
+    ) -> Result<Self, (String, String)> {
+        let find = |schema: &SchemaRef, side: &str, field: &str, name: &str| {
+            schema.index_of(name).map_err(|_| {
+                (
+                    field.to_string(),
+                    format!(
+                        "the {side} input has no column `{name}` (columns: {})",
+                        column_names(schema)
+                    ),
+                )
+            })
+        };
+        for (i, (l, r)) in spec.on.iter().enumerate() {
+            let li = find(&left.1, "left", &format!("join.on.{i}"), l)?;
+            let ri = find(&right.1, "right", &format!("join.on.{i}"), r)?;
+            let (lt, rt) = (left.1.field(li).data_type(), right.1.field(ri).data_type());
+            if lt != rt {
+                return Err((
+                    format!("join.on.{i}"),
+                    format!(
+                        "`{l}` is {lt} but `{r}` is {rt}; the key columns of a join must have the same type (cast one side in a SQL stage first)"
+                    ),
+                ));
+            }
+        }
+        let mut time = [0; 2];
+        for (side, (schema, name, label, field)) in [
+            (&left.1, &spec.left_time, "left", "join.time"),
+            (&right.1, &spec.right_time, "right", "join.right_time"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let i = find(schema, label, field, name)?;
+            if !matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) {
+                return Err((
+                    field.to_string(),
+                    format!(
+                        "`{name}` of the {label} input is {}; the event-time column must be a timestamp",
+                        schema.field(i).data_type()
+                    ),
+                ));
+            }
+            time[side] = i;
+        }
+        let mut fields: Vec<Arc<Field>> = Vec::new();
+        if matches!(spec.window, JoinWindow::Tumbling(_)) {
+            let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+            fields.push(Arc::new(Field::new("window_start", ts.clone(), false)));
+            fields.push(Arc::new(Field::new("window_end", ts, false)));
+        }
+        let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
+        fields.extend(disambiguate(&left.1, &taken, left.0));
+        let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
+        fields.extend(disambiguate(&right.1, &taken, right.0));
+        let mut seen = std::collections::BTreeSet::new();
+        for f in &fields {
+            if !seen.insert(f.name().clone()) {
+                return Err((
+                    "input".into(),
+                    format!(
+                        "the joined rows would have two columns `{}`; rename one in a SQL stage before the join",
+                        f.name()
+                    ),
+                ));
+            }
+        }
+        for side in 0..2 {
+            let schema = if side == 0 { &left.1 } else { &right.1 };
+            KeyHasher::new(schema, &spec.key(side))
+                .map_err(|e| ("join.on".to_string(), e.to_string()))?;
+        }
+        Ok(JoinPlan {
+            spec: spec.clone(),
+            inputs: [left.1, right.1],
+            time,
+            output: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// The joined rows.
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// What the state means.
+    pub fn format(&self) -> String {
+        self.spec.describe()
+    }
+
+    /// Which rows meet.
+    pub fn window(&self) -> JoinWindow {
+        self.spec.window
+    }
+
+    /// Per side: the key hasher and the whole-row codec.
+    fn sides(&self) -> Result<[JoinSide; 2], ArrowError> {
+        let side = |i: usize| -> Result<JoinSide, ArrowError> {
+            Ok(JoinSide {
+                hasher: KeyHasher::new(&self.inputs[i], &self.spec.key(i))?,
+                codec: RowCodec::new(Arc::clone(&self.inputs[i]))?,
+                time: self.time[i],
+            })
+        };
+        Ok([side(0)?, side(1)?])
+    }
+}
+
+/// How one side's rows are keyed, timed and stored.
+struct JoinSide {
+    hasher: KeyHasher,
+    codec: RowCodec,
+    time: usize,
+}
+
+/// Build output batches from matched (left row, right row) byte pairs,
+/// with window bounds in front for a window join.
+fn joined(
+    plan: &JoinPlan,
+    sides: &[JoinSide; 2],
+    window: Option<(i64, i64)>,
+    pairs: &[(&[u8], &[u8])],
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(plan.output.fields().len());
+    if let Some((start, end)) = window {
+        let n = pairs.len();
+        columns.push(Arc::new(arrow::array::TimestampMicrosecondArray::from(
+            vec![start; n],
+        )));
+        columns.push(Arc::new(arrow::array::TimestampMicrosecondArray::from(
+            vec![end; n],
+        )));
+    }
+    columns.extend(sides[0].codec.decode(pairs.iter().map(|(l, _)| *l))?);
+    columns.extend(sides[1].codec.decode(pairs.iter().map(|(_, r)| *r))?);
+    RecordBatch::try_new(plan.output_schema(), columns)
+}
