@@ -214,3 +214,63 @@ fn malformed_csv_rows_can_be_skipped_and_the_rest_flows() {
         "{logged}"
     );
 }
+
+#[test]
+fn stateful_stages_whose_columns_do_not_fit_their_inputs_are_refused_before_running() {
+    let s = Scratch::new();
+    s.write("data/cats.csv", "id,category\n1,books\n2,toys\n");
+    let run = validate(
+        &s,
+        r#"
+[tables.cats]
+plugin = "file-source"
+allow_read = ["data"]
+config = { path = "data/cats.csv" }
+
+[sources.people]
+plugin = "generator"
+config = { stream = "person", events = 10 }
+watermark = { column = "date_time" }
+
+[sources.bids]
+plugin = "generator"
+config = { stream = "bid", events = 10 }
+watermark = { column = "date_time" }
+
+[stages.j]
+input = ["people", "bids"]
+join = { on = ["name = auction"], time = "date_time", window = "10s" }
+
+[stages.top]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+top_n = { n = 3, order_by = "cost DESC" }
+
+[stages.l]
+input = "bids"
+lookup = { table = "cats", on = ["auction = cat_id"] }
+
+[stages.sess]
+input = "bids"
+session = { time = "price", gap = "1s" }
+aggregates = ["count(*)"]
+
+[sinks.out]
+input = ["j", "top", "l", "sess"]
+plugin = "blackhole-sink"
+"#,
+    );
+    assert_exit(&run, 2);
+    for expected in [
+        "`stages.j.join.on.0`: `name` is Utf8 but `auction` is Int64; the key columns of a join must have the same type",
+        "`stages.top.top_n.order_by.0`: no column `cost` in the input",
+        "`stages.l.lookup.on.0`: table `cats` has no column `cat_id` (columns: id, category)",
+        "`stages.sess.session.time`: `price` is Int64; the event-time column must be a timestamp",
+    ] {
+        assert!(
+            run.stderr.contains(expected),
+            "missing {expected:?} in:\n{}",
+            run.stderr
+        );
+    }
+}

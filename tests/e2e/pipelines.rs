@@ -1,29 +1,6 @@
 //! Whole topologies, checked row for row.
 
-use std::path::Path;
-
-use crate::support::{Scratch, assert_exit, int_column, repo};
-
-fn copy_example(s: &Scratch, example: &str) {
-    let from = repo().join("examples").join(example);
-    copy_dir(&from, s.path());
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read example").flatten() {
-        let name = entry.file_name();
-        if name == "out" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
+use crate::support::{Scratch, assert_exit, copy_example, int_column, repo};
 
 #[test]
 fn csv_orders_example_writes_exactly_the_large_orders_with_vat() {

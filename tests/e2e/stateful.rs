@@ -250,3 +250,140 @@ fn a_window_stage_changed_incompatibly_is_refused_with_the_stage_and_why() {
     let fresh = s.fvhost(&["run", "t.toml", "--no-progress", "--from-scratch"]);
     assert_exit(&fresh, 0);
 }
+
+/// Every other stateful operator in one DAG over three generator streams:
+/// an interval join, a window join, sessions, a top-N and a dedup.
+const OPERATORS: &str = r#"
+name = "ops"
+
+[checkpoint]
+interval = "200ms"
+
+[sources.persons]
+plugin = "generator"
+config = { stream = "person", events = 60000, seed = 5, rate = RATE }
+watermark = { column = "date_time" }
+
+[sources.auctions]
+plugin = "generator"
+config = { stream = "auction", events = 60000, seed = 5, rate = RATE }
+watermark = { column = "date_time" }
+
+[sources.bids]
+plugin = "generator"
+parallelism = 2
+config = { stream = "bid", events = 60000, seed = 5, rate = RATE }
+watermark = { column = "date_time" }
+
+[stages.sold]
+input = ["auctions", "bids"]
+join = { on = ["id = auction"], time = "date_time", between = ["0s", "300ms"] }
+parallelism = 2
+
+[stages.sold_out]
+input = "sold"
+sql = "SELECT id, seller, price, date_time, bids_date_time FROM sold"
+
+[stages.new_sellers]
+input = ["persons", "auctions"]
+join = { on = ["id = seller"], time = "date_time", window = "500ms" }
+parallelism = 2
+
+[stages.sellers_out]
+input = "new_sellers"
+sql = "SELECT window_start, id, name, auctions_id FROM new_sellers"
+
+[stages.sessions]
+input = "bids"
+session = { time = "date_time", gap = "150ms" }
+key = ["bidder"]
+aggregates = ["count(*) AS bids", "max(price) AS top"]
+parallelism = 2
+
+[stages.top]
+input = "bids"
+window = { time = "date_time", size = "300ms" }
+key = ["auction"]
+top_n = { n = 2, order_by = "price DESC" }
+parallelism = 3
+
+[stages.last]
+input = "bids"
+window = { time = "date_time", size = "300ms" }
+key = ["bidder"]
+dedup = "last"
+
+[sinks.sold_files]
+input = "sold_out"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out/sold" }
+
+[sinks.sellers_files]
+input = "sellers_out"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out/sellers" }
+
+[sinks.sessions_files]
+input = "sessions"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out/sessions" }
+
+[sinks.top_files]
+input = "top"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out/top" }
+
+[sinks.last_files]
+input = "last"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out/last" }
+"#;
+
+const OPERATOR_SINKS: [&str; 5] = ["sold", "sellers", "sessions", "top", "last"];
+
+#[cfg(unix)]
+#[test]
+fn joins_sessions_and_top_n_killed_at_random_moments_equal_one_uninterrupted_run() {
+    let reference = Scratch::new();
+    reference.write("t.toml", &OPERATORS.replace(", rate = RATE", ""));
+    assert_exit(&reference.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    for sink in OPERATOR_SINKS {
+        let rows = reference.output_lines(&format!("out/{sink}")).len();
+        assert!(rows > 50, "{sink}: only {rows} rows");
+    }
+    let seed = crash_seed("stateful operators crash harness");
+    let mut state = seed;
+    let s = Scratch::new();
+    // ~6 s of input: every kill lands mid-stream.
+    s.write("t.toml", &OPERATORS.replace("RATE", "10000"));
+    for kill in 1..=8 {
+        let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+        std::thread::sleep(Duration::from_millis(150 + next_random(&mut state) % 500));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended before kill {kill} (seed {seed})"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    for sink in OPERATOR_SINKS {
+        let dir = format!("out/{sink}");
+        assert_eq!(
+            s.output_lines(&dir),
+            reference.output_lines(&dir),
+            "{sink} after 8 kills (seed {seed})"
+        );
+    }
+}

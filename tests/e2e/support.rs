@@ -184,3 +184,25 @@ pub fn crash_seed(harness: &str) -> u64 {
     println!("{harness} seed: {seed} (replay with FV_CRASH_SEED={seed})");
     seed
 }
+
+/// Copy `examples/<example>` (without its `out`) into the scratch directory.
+pub fn copy_example(s: &Scratch, example: &str) {
+    let from = repo().join("examples").join(example);
+    copy_dir(&from, s.path());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read example").flatten() {
+        let name = entry.file_name();
+        if name == "out" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}

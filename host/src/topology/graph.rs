@@ -12,7 +12,13 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
     let sources: BTreeSet<&str> = t.sources.iter().map(|s| s.name.as_str()).collect();
     let stages: BTreeSet<&str> = t.stages.iter().map(|s| s.name.as_str()).collect();
     let sinks: BTreeSet<&str> = t.sinks.iter().map(|s| s.name.as_str()).collect();
-    for name in sources.iter().chain(stages.iter()).chain(sinks.iter()) {
+    let names: BTreeSet<&str> = sources
+        .iter()
+        .chain(stages.iter())
+        .chain(sinks.iter())
+        .copied()
+        .collect();
+    for name in &names {
         let count = [
             sources.contains(name),
             stages.contains(name),

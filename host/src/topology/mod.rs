@@ -476,4 +476,205 @@ plugin = "blackhole-sink"
             "{text}"
         );
     }
+
+    #[test]
+    fn stateful_stages_parse_into_their_kinds() {
+        let t = parse(
+            r#"
+[tables.cats]
+plugin = "file-source"
+config = { path = "cats.csv" }
+[sources.bids]
+plugin = "generator"
+watermark = { column = "date_time" }
+[sources.people]
+plugin = "generator"
+watermark = { column = "date_time" }
+[stages.s]
+input = "bids"
+session = { time = "date_time", gap = "10s", allowed_lateness = "1s" }
+key = ["bidder"]
+aggregates = ["count(*) AS n"]
+[stages.top]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+key = ["auction"]
+top_n = { n = 3, order_by = ["price DESC", "bidder"] }
+[stages.last]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+key = ["bidder"]
+dedup = "last"
+[stages.j]
+input = ["people", "bids"]
+join = { on = ["id = bidder"], time = "date_time", between = ["-2s", "500ms"] }
+[stages.w]
+input = ["people", "bids"]
+join = { on = "id = bidder", time = "date_time", window = "10s" }
+[stages.l]
+input = "bids"
+lookup = { table = "cats", on = ["auction = id"], kind = "left" }
+[sinks.k]
+input = ["s", "top", "last", "j", "w", "l"]
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect("valid");
+        let kind = |name: &str| {
+            &t.stages
+                .iter()
+                .find(|s| s.name == name)
+                .expect("stage")
+                .kind
+        };
+        let StageKind::Session(s) = kind("s") else {
+            panic!("{:?}", kind("s"))
+        };
+        assert_eq!(s.gap, Duration::from_secs(10));
+        assert_eq!(s.allowed_lateness, Duration::from_secs(1));
+        let StageKind::TopN(top) = kind("top") else {
+            panic!("{:?}", kind("top"))
+        };
+        assert_eq!(top.n, 3);
+        assert!(top.order_by[0].descending && !top.order_by[1].descending);
+        assert_eq!(top.rank.as_deref(), Some("rank"));
+        let StageKind::TopN(last) = kind("last") else {
+            panic!("{:?}", kind("last"))
+        };
+        assert_eq!((last.n, last.rank.is_none()), (1, true));
+        assert_eq!(last.order_by[0].column, "date_time");
+        assert!(last.order_by[0].descending);
+        let StageKind::Join(j) = kind("j") else {
+            panic!("{:?}", kind("j"))
+        };
+        assert_eq!(
+            j.window,
+            JoinWindow::Interval {
+                lower: -2_000_000,
+                upper: 500_000
+            }
+        );
+        assert_eq!(j.key(1), vec!["bidder".to_string()]);
+        let StageKind::Join(w) = kind("w") else {
+            panic!("{:?}", kind("w"))
+        };
+        assert_eq!(w.window, JoinWindow::Tumbling(Duration::from_secs(10)));
+        let StageKind::Lookup(l) = kind("l") else {
+            panic!("{:?}", kind("l"))
+        };
+        assert!(l.keep_unmatched);
+        assert_eq!(t.tables[0].name, "cats");
+    }
+
+    #[test]
+    fn stateful_stage_mistakes_name_the_key_at_fault() {
+        let err = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+watermark = { column = "date_time" }
+[stages.a]
+input = "bids"
+join = { on = ["id = bidder"], time = "date_time", window = "10s" }
+[stages.b]
+input = ["bids", "bids"]
+join = { on = ["id == bidder"], time = "date_time" }
+[stages.c]
+input = ["bids", "bids"]
+join = { on = ["id = bidder"], time = "date_time", between = ["5s", "1s"] }
+[stages.d]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+dedup = "newest"
+[stages.e]
+input = "bids"
+window = { time = "date_time", size = "10s", slide = "5s" }
+top_n = { n = 0, order_by = "price DOWN" }
+[stages.f]
+input = "bids"
+lookup = { table = "nope", on = ["a = b"] }
+[stages.g]
+input = "bids"
+session = { time = "date_time", gap = "10s" }
+window = { time = "date_time", size = "10s" }
+[stages.h]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+aggregates = ["count(*)"]
+top_n = { n = 1, order_by = "price" }
+[stages.i]
+input = "bids"
+sql = "SELECT 1"
+top_n = { n = 1, order_by = "price" }
+[sinks.k]
+input = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for expected in [
+            "`stages.b.join.on.0`: `id == bidder` is not an equality",
+            "`stages.c.join.between`: the lower bound is above the upper bound",
+            "`stages.d.dedup`: `newest` is not a dedup mode",
+            "`stages.e.window.slide`: top-N and dedup windows are tumbling",
+            "`stages.g.session`: a stage is one of",
+            "`stages.h.top_n`: a window stage computes one of `aggregates`, `top_n`, `dedup`",
+            "`stages.i.top_n`: `top_n` needs a stateful stage",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        // Graph checks come once the tables parse.
+        let err = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+watermark = { column = "date_time" }
+[stages.a]
+input = "bids"
+join = { on = ["id = bidder"], time = "date_time", window = "10s" }
+[stages.f]
+input = "bids"
+lookup = { table = "nope", on = ["a = b"] }
+[stages.e]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+top_n = { n = 0, order_by = "price DOWN" }
+[sinks.k]
+input = ["a", "f"]
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for expected in [
+            "`stages.e.top_n.n`: must be at least 1",
+            "`stages.e.top_n.order_by.0`: `price DOWN` is not an ordering",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        let err = parse(
+            r#"
+[sources.bids]
+plugin = "generator"
+[stages.a]
+input = "bids"
+join = { on = ["id = bidder"], time = "date_time", window = "10s" }
+[stages.f]
+input = "bids"
+lookup = { table = "nope", on = ["a = b"] }
+[sinks.k]
+input = ["a", "f"]
+plugin = "blackhole-sink"
+"#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for expected in [
+            "`stages.a.input`: a join reads exactly two inputs, left then right",
+            "`stages.f.lookup.table`: no table named `nope`",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
 }
