@@ -82,6 +82,27 @@ pub enum AggregateFn {
     Max,
     /// `avg(col)`.
     Avg,
+    /// `count(DISTINCT col)`: distinct non-null values.
+    CountDistinct,
+    /// `first_value(col)`: the value at the earliest event time.
+    FirstValue,
+    /// `last_value(col)`: the value at the latest event time.
+    LastValue,
+}
+
+impl AggregateFn {
+    /// The function as written in SQL.
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            AggregateFn::Count | AggregateFn::CountDistinct => "count",
+            AggregateFn::Sum => "sum",
+            AggregateFn::Min => "min",
+            AggregateFn::Max => "max",
+            AggregateFn::Avg => "avg",
+            AggregateFn::FirstValue => "first_value",
+            AggregateFn::LastValue => "last_value",
+        }
+    }
 }
 
 /// One `"fn(column) AS alias"` of a window stage.
@@ -132,9 +153,14 @@ pub(crate) fn describe_aggregates(aggregates: &[Aggregate]) -> String {
     let aggs: Vec<String> = aggregates
         .iter()
         .map(|a| {
+            let distinct = if a.function == AggregateFn::CountDistinct {
+                "distinct "
+            } else {
+                ""
+            };
             format!(
-                "{:?}({}) AS {}",
-                a.function,
+                "{}({distinct}{}) as {}",
+                a.function.sql_name(),
                 a.column.as_deref().unwrap_or("*"),
                 a.alias
             )
@@ -142,6 +168,13 @@ pub(crate) fn describe_aggregates(aggregates: &[Aggregate]) -> String {
         })
         .collect();
     aggs.join(", ")
+}
+
+/// Parse one aggregate as written in `aggregates = [...]` (for tests of
+/// the operators, which build specs directly).
+#[cfg(test)]
+pub(crate) fn raw_parse_aggregate(text: &str) -> Result<Aggregate, String> {
+    raw_stateful::parse_aggregate(text)
 }
 
 /// What a stage does.

@@ -577,36 +577,90 @@ fn parse_sort_key(text: &str) -> Result<SortKey, String> {
     })
 }
 
-/// Parse `"sum(price) AS volume"`, `"count(*)"`, `"max(price)"`.
+/// Parse one aggregate with DataFusion's SQL parser: `"sum(price) AS
+/// volume"`, `"count(*)"`, `"count(DISTINCT bidder) AS bidders"`,
+/// `"first_value(price)"`. Arguments are column names: compute expressions
+/// in a SQL stage before the window.
 pub(super) fn parse_aggregate(text: &str) -> Result<Aggregate, String> {
+    use datafusion::sql::sqlparser::ast::{
+        DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem,
+    };
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    const FUNCTIONS: &str = "count, count(DISTINCT …), sum, min, max, avg, first_value, last_value";
     let usage = || {
         format!(
-            "`{text}` is not an aggregate; write `fn(column) AS name` with fn one of count, sum, min, max, avg (count(*) counts rows)"
+            "`{text}` is not an aggregate; write `fn(column) AS name` with fn one of {FUNCTIONS} (count(*) counts rows)"
         )
     };
-    let (call, alias) = match text.to_ascii_lowercase().find(" as ") {
-        Some(i) => (text[..i].trim(), Some(text[i + 4..].trim().to_string())),
-        None => (text.trim(), None),
-    };
-    let open = call.find('(').ok_or_else(usage)?;
-    let arg = call[open + 1..].strip_suffix(')').ok_or_else(usage)?.trim();
-    let function = match call[..open].trim().to_ascii_lowercase().as_str() {
-        "count" => AggregateFn::Count,
-        "sum" => AggregateFn::Sum,
-        "min" => AggregateFn::Min,
-        "max" => AggregateFn::Max,
-        "avg" => AggregateFn::Avg,
+    let dialect = GenericDialect {};
+    let mut parser = Parser::new(&dialect)
+        .try_with_sql(text)
+        .map_err(|e| format!("`{text}`: {e}"))?;
+    let item = parser.parse_select_item().map_err(|_| usage())?;
+    if parser.peek_token().token != datafusion::sql::sqlparser::tokenizer::Token::EOF {
+        return Err(usage());
+    }
+    let (expr, alias) = match item {
+        SelectItem::UnnamedExpr(e) => (e, None),
+        SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value)),
         _ => return Err(usage()),
     };
-    let column = match arg {
-        "*" if function == AggregateFn::Count => None,
-        "" | "*" => return Err(usage()),
-        c => Some(c.to_string()),
+    let Expr::Function(f) = expr else {
+        return Err(usage());
     };
-    let name = format!("{:?}", function).to_lowercase();
-    let alias = alias.unwrap_or_else(|| match &column {
-        Some(c) => format!("{name}_{c}"),
-        None => name,
+    if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
+        return Err(format!(
+            "`{text}`: OVER, FILTER and WITHIN GROUP are not supported in a window stage's aggregates"
+        ));
+    }
+    let name = f.name.to_string().to_ascii_lowercase();
+    let FunctionArguments::List(list) = f.args else {
+        return Err(usage());
+    };
+    let distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
+    if !list.clauses.is_empty() {
+        return Err(format!(
+            "`{text}`: ORDER BY and other clauses inside an aggregate are not supported; first_value/last_value order by the window's event time"
+        ));
+    }
+    let column = match list.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] => None,
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(id)))] => {
+            Some(id.value.clone())
+        }
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(e))] => {
+            return Err(format!(
+                "`{text}`: the argument `{e}` is an expression; aggregates take a column — compute `{e}` in a SQL stage before the window"
+            ));
+        }
+        _ => return Err(usage()),
+    };
+    let function = match (name.as_str(), distinct) {
+        ("count", false) => AggregateFn::Count,
+        ("count", true) => AggregateFn::CountDistinct,
+        ("sum", false) => AggregateFn::Sum,
+        ("min", false) => AggregateFn::Min,
+        ("max", false) => AggregateFn::Max,
+        ("avg", false) => AggregateFn::Avg,
+        ("first_value", false) => AggregateFn::FirstValue,
+        ("last_value", false) => AggregateFn::LastValue,
+        (_, true) => return Err(format!("`{text}`: DISTINCT is supported in count only")),
+        _ => return Err(usage()),
+    };
+    if column.is_none() && function != AggregateFn::Count {
+        return Err(usage());
+    }
+    let alias = alias.unwrap_or_else(|| {
+        let stem = match function {
+            AggregateFn::CountDistinct => "count_distinct",
+            f => f.sql_name(),
+        };
+        match &column {
+            Some(c) => format!("{stem}_{c}"),
+            None => stem.to_string(),
+        }
     });
     if !is_column_name(&alias) {
         return Err(format!(
@@ -618,4 +672,48 @@ pub(super) fn parse_aggregate(text: &str) -> Result<Aggregate, String> {
         column,
         alias,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregates_parse_with_the_sql_parser() {
+        let a = parse_aggregate("COUNT(DISTINCT bidder) AS bidders").expect("distinct");
+        assert_eq!(
+            (a.function, a.column.as_deref(), a.alias.as_str()),
+            (AggregateFn::CountDistinct, Some("bidder"), "bidders")
+        );
+        let a = parse_aggregate("first_value(price)").expect("first");
+        assert_eq!(
+            (a.function, a.alias.as_str()),
+            (AggregateFn::FirstValue, "first_value_price")
+        );
+        let a = parse_aggregate("count(*)").expect("count");
+        assert_eq!(
+            (a.function, a.column, a.alias.as_str()),
+            (AggregateFn::Count, None, "count")
+        );
+        let a = parse_aggregate("last_value(price) latest").expect("alias without AS");
+        assert_eq!(a.alias, "latest");
+        for (text, expected) in [
+            (
+                "sum(price * 2) AS x",
+                "the argument `price * 2` is an expression",
+            ),
+            ("sum(DISTINCT price)", "DISTINCT is supported in count only"),
+            ("median(price)", "is not an aggregate"),
+            (
+                "max(price) OVER ()",
+                "OVER, FILTER and WITHIN GROUP are not supported",
+            ),
+            ("count(*) AS n, sum(x)", "is not an aggregate"),
+            ("sum(*)", "is not an aggregate"),
+            ("max(price) AS \"my col\"", "is not a column name"),
+        ] {
+            let err = parse_aggregate(text).expect_err(text);
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
 }

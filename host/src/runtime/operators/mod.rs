@@ -2,6 +2,7 @@
 //! as the executor and the restore check see them (a state format, an
 //! output schema, an operator built on a task's [`StateContext`]).
 
+mod aggregates;
 mod join;
 mod lookup;
 pub(crate) mod rows;

@@ -216,7 +216,7 @@ pub fn find_column(input: &Schema, field: &str, name: &str) -> Result<usize, Set
             field.to_string(),
             format!(
                 "no column `{name}` in the input (columns: {})",
-                super::window::column_names(input)
+                super::aggregates::column_names(input)
             ),
         )
     })
@@ -246,7 +246,7 @@ pub fn keyed_aggregation(
     (
         usize,
         Vec<arrow::datatypes::Field>,
-        Vec<super::window::BoundAggregate>,
+        super::aggregates::Aggregates,
     ),
     SettingError,
 > {
@@ -260,12 +260,7 @@ pub fn keyed_aggregation(
     for k in key {
         fields.push(input.field(find_column(input, "key", k)?).clone());
     }
-    let mut bound = Vec::new();
-    for (n, a) in aggregates.iter().enumerate() {
-        let b = super::window::BoundAggregate::bind(a, input)
-            .map_err(|m| (format!("aggregates.{n}"), m))?;
-        fields.push(b.field());
-        bound.push(b);
-    }
+    let bound = super::aggregates::Aggregates::bind(aggregates, input)?;
+    fields.extend(bound.fields());
     Ok((time, fields, bound))
 }

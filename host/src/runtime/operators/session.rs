@@ -17,10 +17,10 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
+use super::aggregates::{Aggregates, GroupAccs, Values};
 use super::rows::{
     SettingError, StateGauge, advance, column, event_micros, held_back, keyed_aggregation,
 };
-use super::window::{Acc, AccReader, BoundAggregate, Values, acc_columns, acc_fields};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::metrics::StageMetrics;
@@ -35,7 +35,7 @@ pub struct SessionPlan {
     input: SchemaRef,
     output: SchemaRef,
     time: usize,
-    aggregates: Vec<BoundAggregate>,
+    aggregates: Aggregates,
 }
 
 impl SessionPlan {
@@ -74,7 +74,7 @@ struct Session {
     start: i64,
     /// Last row's time plus the gap (exclusive).
     end: i64,
-    accs: Vec<Acc>,
+    accs: GroupAccs,
 }
 
 /// The open sessions of one key, ordered by start, never overlapping.
@@ -124,16 +124,15 @@ impl SessionAggregate {
             Field::new("start", DataType::Int64, false),
             Field::new("end", DataType::Int64, false),
         ];
-        fields.extend(acc_fields(self.plan.aggregates.len()));
+        fields.extend(self.plan.aggregates.snapshot_fields());
         Schema::new(fields)
     }
 
     fn restore(&mut self) -> Result<(), String> {
         let (batches, watermark) = self.ctx.take_restored()?;
         self.watermark = watermark;
-        let n = self.plan.aggregates.len();
         for batch in &batches {
-            let accs = AccReader::new(batch, 4, n)?;
+            let accs = self.plan.aggregates.reader(batch, 4)?;
             let vnodes = column::<UInt16Array>(batch, 0)?;
             let keys = column::<BinaryArray>(batch, 1)?;
             let starts = column::<Int64Array>(batch, 2)?;
@@ -147,7 +146,7 @@ impl SessionAggregate {
                 let session = Session {
                     start: starts.value(r),
                     end: ends.value(r),
-                    accs: accs.row(r),
+                    accs: accs.row(r)?,
                 };
                 self.by_end.insert((session.end, key.clone()));
                 let entry = self.keys.entry(key).or_insert(KeySessions {
@@ -165,7 +164,7 @@ impl SessionAggregate {
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
         let (mut vnodes, mut keys, mut starts, mut ends) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut accs: Vec<&[Acc]> = Vec::new();
+        let mut accs: Vec<&GroupAccs> = Vec::new();
         for (key, k) in &self.keys {
             for s in &k.sessions {
                 vnodes.push(k.vnode);
@@ -181,7 +180,7 @@ impl SessionAggregate {
             Arc::new(Int64Array::from(starts)),
             Arc::new(Int64Array::from(ends)),
         ];
-        columns.extend(acc_columns(self.plan.aggregates.len(), accs.into_iter()));
+        columns.extend(self.plan.aggregates.snapshot_columns(&accs));
         self.ctx
             .encode(epoch, self.snapshot_schema(), self.watermark, columns)
     }
@@ -190,7 +189,6 @@ impl SessionAggregate {
     /// session its interval overlaps.
     fn add(&mut self, key: &[u8], t: i64, values: &[Values], row: usize) {
         let end = t.saturating_add(self.gap);
-        let n = self.plan.aggregates.len();
         let entry = match self.keys.get_mut(key) {
             Some(e) => e,
             None => self.keys.entry(key.into()).or_insert(KeySessions {
@@ -201,11 +199,9 @@ impl SessionAggregate {
         let mut merged = Session {
             start: t,
             end,
-            accs: vec![Acc::default(); n],
+            accs: self.plan.aggregates.new_group(),
         };
-        for (a, agg) in self.plan.aggregates.iter().enumerate() {
-            agg.fold(&mut merged.accs[a], &values[a], row);
-        }
+        self.plan.aggregates.fold(&mut merged.accs, values, row, t);
         // Sessions are disjoint and sorted: the overlapping ones are a run.
         let first = entry.sessions.partition_point(|s| s.end <= t);
         let mut last = first;
@@ -216,9 +212,7 @@ impl SessionAggregate {
             self.by_end.remove(&(s.end, Box::from(key)));
             merged.start = merged.start.min(s.start);
             merged.end = merged.end.max(s.end);
-            for (a, agg) in self.plan.aggregates.iter().enumerate() {
-                agg.merge(&mut merged.accs[a], &s.accs[a]);
-            }
+            self.plan.aggregates.merge(&mut merged.accs, &s.accs);
         }
         self.by_end.insert((merged.end, key.into()));
         entry.sessions.insert(first, merged);
@@ -270,9 +264,8 @@ impl SessionAggregate {
             )),
         ];
         columns.extend(keys);
-        for (a, agg) in self.plan.aggregates.iter().enumerate() {
-            columns.push(agg.finish(sessions.iter().map(|(_, s)| s.accs[a])));
-        }
+        let accs: Vec<&GroupAccs> = sessions.iter().map(|(_, s)| &s.accs).collect();
+        columns.extend(self.plan.aggregates.finish(&accs));
         RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
     }
 }
@@ -286,12 +279,10 @@ impl Operator for SessionAggregate {
     ) -> Result<(), TaskError> {
         let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
         let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let values: Vec<Values> = self
+        let values = self
             .plan
             .aggregates
-            .iter()
-            .map(|a| a.values(batch.columns()))
-            .collect::<Result<_, _>>()
+            .values(&batch)
             .map_err(|e| self.ctx.error(e))?;
         let horizon = self.watermark.map(|w| w.saturating_sub(self.lateness));
         let mut late = 0u64;

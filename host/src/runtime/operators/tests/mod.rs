@@ -5,6 +5,7 @@
 //! middle; plus late-data tests (late rows are counted and never change
 //! emitted results).
 
+mod aggregates;
 mod join;
 mod lookup;
 mod session;

@@ -13,7 +13,6 @@
 //! may change between runs. This operator never reads the clock: time is
 //! only what the watermarks say, so output does not depend on speed.
 
-mod accumulator;
 #[cfg(test)]
 mod tests;
 
@@ -25,9 +24,8 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-pub use accumulator::{
-    Acc, AccReader, BoundAggregate, Values, acc_columns, acc_fields, column_names,
-};
+pub use super::aggregates::column_names;
+use super::aggregates::{Aggregates, GroupAccs};
 
 use super::rows::{
     SettingError, StateGauge, advance, column, event_micros, held_back, keyed_aggregation,
@@ -50,7 +48,7 @@ pub struct WindowPlan {
     input: SchemaRef,
     output: SchemaRef,
     time: usize,
-    aggregates: Vec<BoundAggregate>,
+    aggregates: Aggregates,
 }
 
 impl WindowPlan {
@@ -89,7 +87,7 @@ impl WindowPlan {
             Field::new("window_start", DataType::Int64, false),
             Field::new("key", DataType::Binary, false),
         ];
-        fields.extend(acc_fields(self.aggregates.len()));
+        fields.extend(self.aggregates.snapshot_fields());
         Schema::new(fields)
     }
 }
@@ -98,7 +96,7 @@ impl WindowPlan {
 #[derive(Debug, Clone)]
 struct Group {
     vnode: u16,
-    accs: Vec<Acc>,
+    accs: GroupAccs,
 }
 
 /// The operator of one window-stage task.
@@ -152,7 +150,7 @@ impl WindowAggregate {
     }
 
     fn load(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        let accs = AccReader::new(batch, 3, self.plan.aggregates.len())?;
+        let accs = self.plan.aggregates.reader(batch, 3)?;
         let vnodes = column::<UInt16Array>(batch, 0)?;
         let starts = column::<Int64Array>(batch, 1)?;
         let keys = column::<BinaryArray>(batch, 2)?;
@@ -163,7 +161,7 @@ impl WindowAggregate {
             }
             let group = Group {
                 vnode,
-                accs: accs.row(row),
+                accs: accs.row(row)?,
             };
             self.windows
                 .entry(starts.value(row))
@@ -175,11 +173,10 @@ impl WindowAggregate {
 
     /// Encode every group of this task as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let n = self.plan.aggregates.len();
         let mut vnodes = Vec::new();
         let mut starts = Vec::new();
         let mut keys: Vec<&[u8]> = Vec::new();
-        let mut accs: Vec<&[Acc]> = Vec::new();
+        let mut accs: Vec<&GroupAccs> = Vec::new();
         for (start, groups) in &self.windows {
             for (key, g) in groups {
                 vnodes.push(g.vnode);
@@ -193,7 +190,7 @@ impl WindowAggregate {
             Arc::new(Int64Array::from(starts)),
             Arc::new(BinaryArray::from_vec(keys)),
         ];
-        columns.extend(acc_columns(n, accs.into_iter()));
+        columns.extend(self.plan.aggregates.snapshot_columns(&accs));
         self.ctx
             .encode(epoch, self.plan.snapshot_schema(), self.watermark, columns)
     }
@@ -244,9 +241,8 @@ impl WindowAggregate {
             ])),
         ];
         columns.extend(keys);
-        for (a, agg) in self.plan.aggregates.iter().enumerate() {
-            columns.push(agg.finish(groups.iter().map(|(_, g)| g.accs[a])));
-        }
+        let accs: Vec<&GroupAccs> = groups.iter().map(|(_, g)| &g.accs).collect();
+        columns.extend(self.plan.aggregates.finish(&accs));
         RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
     }
 }
@@ -260,12 +256,10 @@ impl Operator for WindowAggregate {
     ) -> Result<(), TaskError> {
         let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
         let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let values: Vec<Values> = self
+        let values = self
             .plan
             .aggregates
-            .iter()
-            .map(|a| a.values(batch.columns()))
-            .collect::<Result<_, _>>()
+            .values(&batch)
             .map_err(|e| self.ctx.error(e))?;
         let mut late = 0u64;
         for row in 0..batch.num_rows() {
@@ -292,14 +286,12 @@ impl Operator for WindowAggregate {
                             key.into(),
                             Group {
                                 vnode: KeyHasher::vnode_of(key),
-                                accs: vec![Acc::default(); self.plan.aggregates.len()],
+                                accs: self.plan.aggregates.new_group(),
                             },
                         );
                     }
                     if let Some(group) = groups.get_mut(key) {
-                        for (a, agg) in self.plan.aggregates.iter().enumerate() {
-                            agg.fold(&mut group.accs[a], &values[a], row);
-                        }
+                        self.plan.aggregates.fold(&mut group.accs, &values, row, t);
                     }
                 }
                 start -= self.slide;

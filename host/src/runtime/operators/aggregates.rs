@@ -1,0 +1,549 @@
+//! [`Aggregates`]: the aggregate functions of a window or session stage,
+//! bound to the input schema — what each keeps per group ([`GroupAccs`]),
+//! how it folds a row in and merges two groups (sessions), the column it
+//! emits, and how a group is snapshotted and read back.
+//!
+//! Numeric values fold as `i64` (integer inputs) or `f64` (floats and
+//! decimals) into one fixed-width [`Acc`]; `first_value`/`last_value` also
+//! keep the event time of the value; `count(DISTINCT …)` keeps the set of
+//! values seen, as Arrow row-format bytes (exact, for any type). Snapshots
+//! hold three columns per aggregate, plus the time for first/last and the
+//! encoded set for distinct counts.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryArray, Float64Array, Int64Array, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::error::ArrowError;
+use arrow::row::{RowConverter, Rows, SortField};
+
+use super::rows::SettingError;
+use crate::topology::{Aggregate, AggregateFn};
+
+/// How an aggregate reads its input column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numeric {
+    /// Integers, folded as `i64`.
+    Int,
+    /// Floats and decimals, folded as `f64`.
+    Float,
+}
+
+impl Numeric {
+    /// The folding of `t`, or `None` if it is not numeric.
+    pub fn of(t: &DataType) -> Option<Numeric> {
+        match t {
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => Some(Numeric::Int),
+            DataType::Float16
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(_, _)
+            | DataType::Decimal256(_, _) => Some(Numeric::Float),
+            _ => None,
+        }
+    }
+}
+
+/// One aggregate, bound to its input column.
+#[derive(Debug, Clone)]
+struct Bound {
+    function: AggregateFn,
+    /// Input column and its folding (`None` for `count(*)`).
+    input: Option<(usize, Option<Numeric>)>,
+    alias: String,
+    /// For `count(DISTINCT …)`: its set's index in [`GroupAccs::sets`].
+    set: Option<usize>,
+}
+
+impl Bound {
+    fn int(&self) -> bool {
+        matches!(self.input, Some((_, Some(Numeric::Int))))
+    }
+
+    fn timed(&self) -> bool {
+        matches!(
+            self.function,
+            AggregateFn::FirstValue | AggregateFn::LastValue
+        )
+    }
+}
+
+/// The running value of one aggregate for one group. `count` is the number
+/// of values folded (rows for `count(*)`); `int`/`float` hold the sum, min,
+/// max or first/last value (for integer inputs `float` is the sum, used by
+/// `avg`); `time` is the event time of a first/last value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Acc {
+    /// Values folded.
+    pub count: i64,
+    /// Integer sum/min/max/first/last.
+    pub int: i64,
+    /// Float sum/min/max/first/last (or the float sum of integers).
+    pub float: f64,
+    /// Event time (µs) of the first/last value.
+    pub time: i64,
+}
+
+/// Everything one group keeps.
+#[derive(Debug, Clone, Default)]
+pub struct GroupAccs {
+    accs: Vec<Acc>,
+    /// One set of encoded values per distinct count.
+    sets: Vec<HashSet<Box<[u8]>>>,
+}
+
+/// An aggregate's input of one batch, ready to fold.
+pub enum Values {
+    /// `count(*)`: every row counts.
+    Rows,
+    /// `count(col)` of a non-numeric column: non-null rows count.
+    Present(ArrayRef),
+    /// Integers.
+    Int(Int64Array),
+    /// Floats.
+    Float(Float64Array),
+    /// `count(DISTINCT col)`: each row's value as bytes, and the column
+    /// (for its nulls).
+    Encoded(Rows, ArrayRef),
+}
+
+/// The aggregates of one stage.
+#[derive(Debug, Clone)]
+pub struct Aggregates {
+    list: Vec<Bound>,
+    sets: usize,
+}
+
+impl Aggregates {
+    /// Bind `aggregates` to `schema`; the error names the aggregate at fault.
+    pub fn bind(aggregates: &[Aggregate], schema: &Schema) -> Result<Self, SettingError> {
+        let mut list = Vec::new();
+        let mut sets = 0;
+        for (n, a) in aggregates.iter().enumerate() {
+            let at = || format!("aggregates.{n}");
+            let name = a.function.sql_name();
+            let input = match &a.column {
+                None => None,
+                Some(c) => {
+                    let i = schema.index_of(c).map_err(|_| {
+                        (
+                            at(),
+                            format!(
+                                "no column `{c}` in the input (columns: {})",
+                                column_names(schema)
+                            ),
+                        )
+                    })?;
+                    let t = schema.field(i).data_type();
+                    let numeric = Numeric::of(t);
+                    let any_type =
+                        matches!(a.function, AggregateFn::Count | AggregateFn::CountDistinct);
+                    if numeric.is_none() && !any_type {
+                        return Err((at(), format!("`{c}` is {t}; {name} needs a numeric column")));
+                    }
+                    if a.function == AggregateFn::CountDistinct {
+                        RowConverter::new(vec![SortField::new(t.clone())])
+                            .map_err(|e| (at(), format!("cannot count distinct {t}: {e}")))?;
+                    }
+                    Some((i, numeric))
+                }
+            };
+            let set = (a.function == AggregateFn::CountDistinct).then(|| {
+                sets += 1;
+                sets - 1
+            });
+            list.push(Bound {
+                function: a.function,
+                input,
+                alias: a.alias.clone(),
+                set,
+            });
+        }
+        Ok(Aggregates { list, sets })
+    }
+
+    /// The output fields, one per aggregate.
+    pub fn fields(&self) -> Vec<Field> {
+        self.list
+            .iter()
+            .map(|b| {
+                let t = match b.function {
+                    AggregateFn::Count | AggregateFn::CountDistinct => {
+                        return Field::new(&b.alias, DataType::Int64, false);
+                    }
+                    AggregateFn::Avg => DataType::Float64,
+                    _ if b.int() => DataType::Int64,
+                    _ => DataType::Float64,
+                };
+                Field::new(&b.alias, t, true)
+            })
+            .collect()
+    }
+
+    /// A group that has folded nothing.
+    pub fn new_group(&self) -> GroupAccs {
+        GroupAccs {
+            accs: vec![Acc::default(); self.list.len()],
+            sets: vec![HashSet::new(); self.sets],
+        }
+    }
+
+    /// The inputs of `batch`, cast and encoded for folding.
+    pub fn values(&self, batch: &RecordBatch) -> Result<Vec<Values>, ArrowError> {
+        let columns = batch.columns();
+        self.list
+            .iter()
+            .map(|b| {
+                Ok(match (b.function, b.input) {
+                    (_, None) => Values::Rows,
+                    (AggregateFn::CountDistinct, Some((i, _))) => {
+                        let c = &columns[i];
+                        let converter =
+                            RowConverter::new(vec![SortField::new(c.data_type().clone())])?;
+                        Values::Encoded(converter.convert_columns(&[Arc::clone(c)])?, Arc::clone(c))
+                    }
+                    (_, Some((i, None))) => Values::Present(Arc::clone(&columns[i])),
+                    (_, Some((i, Some(Numeric::Int)))) => {
+                        let a = cast(&columns[i], &DataType::Int64)?;
+                        Values::Int(downcast::<Int64Array>(&a)?.clone())
+                    }
+                    (_, Some((i, Some(Numeric::Float)))) => {
+                        let a = cast(&columns[i], &DataType::Float64)?;
+                        Values::Float(downcast::<Float64Array>(&a)?.clone())
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Fold row `row` (event time `t`, µs) into `group`.
+    pub fn fold(&self, group: &mut GroupAccs, values: &[Values], row: usize, t: i64) {
+        for (b, (acc, v)) in self.list.iter().zip(group.accs.iter_mut().zip(values)) {
+            match v {
+                Values::Rows => acc.count += 1,
+                Values::Present(a) => acc.count += i64::from(a.is_valid(row)),
+                Values::Encoded(rows, column) => {
+                    if let Some(set) = b.set.filter(|_| column.is_valid(row)) {
+                        let value = rows.row(row);
+                        if !group.sets[set].contains(value.data()) {
+                            group.sets[set].insert(value.data().into());
+                        }
+                    }
+                }
+                Values::Int(a) => {
+                    if a.is_valid(row) {
+                        fold_one(b.function, acc, Some(a.value(row)), a.value(row) as f64, t);
+                    }
+                }
+                Values::Float(a) => {
+                    if a.is_valid(row) {
+                        fold_one(b.function, acc, None, a.value(row), t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fold `from` into `into` (two sessions merging).
+    pub fn merge(&self, into: &mut GroupAccs, from: &GroupAccs) {
+        for (b, (a, f)) in self.list.iter().zip(into.accs.iter_mut().zip(&from.accs)) {
+            if f.count == 0 {
+                continue;
+            }
+            if a.count == 0 {
+                *a = *f;
+                continue;
+            }
+            match b.function {
+                AggregateFn::Count | AggregateFn::CountDistinct => {}
+                AggregateFn::Sum | AggregateFn::Avg => {
+                    a.int = a.int.wrapping_add(f.int);
+                    a.float += f.float;
+                }
+                AggregateFn::Min
+                | AggregateFn::Max
+                | AggregateFn::FirstValue
+                | AggregateFn::LastValue => {
+                    // Folding the other side's winner in picks the same
+                    // winner as folding all its values.
+                    let count = a.count;
+                    fold_one(b.function, a, b.int().then_some(f.int), f.float, f.time);
+                    a.count = count;
+                }
+            }
+            a.count += f.count;
+        }
+        for (into, from) in into.sets.iter_mut().zip(&from.sets) {
+            for v in from {
+                if !into.contains(v) {
+                    into.insert(v.clone());
+                }
+            }
+        }
+    }
+
+    /// The output columns of `groups`, one per aggregate.
+    pub fn finish(&self, groups: &[&GroupAccs]) -> Vec<ArrayRef> {
+        self.list
+            .iter()
+            .enumerate()
+            .map(|(i, b)| -> ArrayRef {
+                let accs = groups.iter().map(|g| g.accs[i]);
+                match b.function {
+                    AggregateFn::Count => {
+                        Arc::new(Int64Array::from_iter_values(accs.map(|a| a.count)))
+                    }
+                    AggregateFn::CountDistinct => {
+                        let set = b.set.unwrap_or(0);
+                        Arc::new(Int64Array::from_iter_values(
+                            groups.iter().map(|g| g.sets[set].len() as i64),
+                        ))
+                    }
+                    AggregateFn::Avg => Arc::new(Float64Array::from_iter(
+                        accs.map(|a| (a.count > 0).then(|| a.float / a.count as f64)),
+                    )),
+                    _ if b.int() => Arc::new(Int64Array::from_iter(
+                        accs.map(|a| (a.count > 0).then_some(a.int)),
+                    )),
+                    _ => Arc::new(Float64Array::from_iter(
+                        accs.map(|a| (a.count > 0).then_some(a.float)),
+                    )),
+                }
+            })
+            .collect()
+    }
+
+    /// The snapshot fields of one group.
+    pub fn snapshot_fields(&self) -> Vec<Field> {
+        let mut fields = Vec::new();
+        for (i, b) in self.list.iter().enumerate() {
+            fields.push(Field::new(format!("a{i}_count"), DataType::Int64, false));
+            fields.push(Field::new(format!("a{i}_int"), DataType::Int64, false));
+            fields.push(Field::new(format!("a{i}_float"), DataType::Float64, false));
+            if b.timed() {
+                fields.push(Field::new(format!("a{i}_time"), DataType::Int64, false));
+            }
+            if b.set.is_some() {
+                fields.push(Field::new(format!("a{i}_set"), DataType::Binary, false));
+            }
+        }
+        fields
+    }
+
+    /// The snapshot columns of `groups`.
+    pub fn snapshot_columns(&self, groups: &[&GroupAccs]) -> Vec<ArrayRef> {
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for (i, b) in self.list.iter().enumerate() {
+            let accs = || groups.iter().map(move |g| g.accs[i]);
+            columns.push(Arc::new(Int64Array::from_iter_values(
+                accs().map(|a| a.count),
+            )));
+            columns.push(Arc::new(Int64Array::from_iter_values(
+                accs().map(|a| a.int),
+            )));
+            columns.push(Arc::new(Float64Array::from_iter_values(
+                accs().map(|a| a.float),
+            )));
+            if b.timed() {
+                columns.push(Arc::new(Int64Array::from_iter_values(
+                    accs().map(|a| a.time),
+                )));
+            }
+            if let Some(set) = b.set {
+                let encoded: Vec<Vec<u8>> =
+                    groups.iter().map(|g| encode_set(&g.sets[set])).collect();
+                columns.push(Arc::new(BinaryArray::from_iter_values(encoded)));
+            }
+        }
+        columns
+    }
+
+    /// Read groups back from snapshot columns starting at `first`.
+    pub fn reader<'b>(
+        &self,
+        batch: &'b RecordBatch,
+        first: usize,
+    ) -> Result<GroupReader<'b>, String> {
+        let expected = first + self.snapshot_fields().len();
+        if batch.num_columns() != expected {
+            return Err(format!(
+                "{} columns, expected {expected} for these aggregates",
+                batch.num_columns()
+            ));
+        }
+        let bad = || "unexpected accumulator column types".to_string();
+        let mut c = first;
+        let mut readers = Vec::new();
+        for b in &self.list {
+            let col = |i: usize| batch.column(i).as_any();
+            let count = col(c).downcast_ref::<Int64Array>().ok_or_else(bad)?;
+            let int = col(c + 1).downcast_ref::<Int64Array>().ok_or_else(bad)?;
+            let float = col(c + 2).downcast_ref::<Float64Array>().ok_or_else(bad)?;
+            c += 3;
+            let time = if b.timed() {
+                c += 1;
+                Some(col(c - 1).downcast_ref::<Int64Array>().ok_or_else(bad)?)
+            } else {
+                None
+            };
+            let set = if b.set.is_some() {
+                c += 1;
+                Some(col(c - 1).downcast_ref::<BinaryArray>().ok_or_else(bad)?)
+            } else {
+                None
+            };
+            readers.push(AccColumns {
+                count,
+                int,
+                float,
+                time,
+                set,
+            });
+        }
+        Ok(GroupReader {
+            readers,
+            sets: self.sets,
+        })
+    }
+}
+
+fn fold_one(function: AggregateFn, acc: &mut Acc, int: Option<i64>, float: f64, t: i64) {
+    let first = acc.count == 0;
+    match function {
+        AggregateFn::Count | AggregateFn::CountDistinct => {}
+        AggregateFn::Sum | AggregateFn::Avg => {
+            if let Some(v) = int {
+                acc.int = acc.int.wrapping_add(v);
+            }
+            acc.float += float;
+        }
+        AggregateFn::Min | AggregateFn::Max => {
+            let min = function == AggregateFn::Min;
+            match int {
+                Some(v) => {
+                    acc.int = match (first, min) {
+                        (true, _) => v,
+                        (_, true) => acc.int.min(v),
+                        (_, false) => acc.int.max(v),
+                    }
+                }
+                None => {
+                    acc.float = match (first, min) {
+                        (true, _) => float,
+                        (_, true) => acc.float.min(float),
+                        (_, false) => acc.float.max(float),
+                    }
+                }
+            }
+        }
+        AggregateFn::FirstValue | AggregateFn::LastValue => {
+            // The earliest (latest) time wins; at equal times the smaller
+            // (larger) value: the same result in any arrival order.
+            let order = t.cmp(&acc.time).then(match int {
+                Some(v) => v.cmp(&acc.int),
+                None => float.total_cmp(&acc.float),
+            });
+            let wins = match function {
+                AggregateFn::FirstValue => order.is_lt(),
+                _ => order.is_gt(),
+            };
+            if first || wins {
+                acc.int = int.unwrap_or(0);
+                acc.float = float;
+                acc.time = t;
+            }
+        }
+    }
+    acc.count += 1;
+}
+
+/// One aggregate's snapshot columns.
+struct AccColumns<'b> {
+    count: &'b Int64Array,
+    int: &'b Int64Array,
+    float: &'b Float64Array,
+    time: Option<&'b Int64Array>,
+    set: Option<&'b BinaryArray>,
+}
+
+/// Reads [`GroupAccs`] back from a snapshot.
+pub struct GroupReader<'b> {
+    readers: Vec<AccColumns<'b>>,
+    sets: usize,
+}
+
+impl GroupReader<'_> {
+    /// The group of snapshot row `row`.
+    pub fn row(&self, row: usize) -> Result<GroupAccs, String> {
+        let mut group = GroupAccs {
+            accs: Vec::with_capacity(self.readers.len()),
+            sets: Vec::with_capacity(self.sets),
+        };
+        for r in &self.readers {
+            group.accs.push(Acc {
+                count: r.count.value(row),
+                int: r.int.value(row),
+                float: r.float.value(row),
+                time: r.time.map_or(0, |t| t.value(row)),
+            });
+            if let Some(set) = r.set {
+                group.sets.push(decode_set(set.value(row))?);
+            }
+        }
+        Ok(group)
+    }
+}
+
+/// A set of values as `len (u32 LE) bytes` repeated, in sorted order (so a
+/// snapshot's bytes do not depend on hashing).
+fn encode_set(set: &HashSet<Box<[u8]>>) -> Vec<u8> {
+    let mut values: Vec<&Box<[u8]>> = set.iter().collect();
+    values.sort_unstable();
+    let mut out = Vec::new();
+    for v in values {
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+fn decode_set(mut bytes: &[u8]) -> Result<HashSet<Box<[u8]>>, String> {
+    let mut set = HashSet::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes
+            .split_first_chunk::<4>()
+            .ok_or("a distinct-count set is truncated")?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err("a distinct-count set is truncated".into());
+        }
+        set.insert(rest[..len].into());
+        bytes = &rest[len..];
+    }
+    Ok(set)
+}
+
+fn downcast<T: 'static>(a: &ArrayRef) -> Result<&T, ArrowError> {
+    a.as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| ArrowError::CastError("unexpected array type after cast".into()))
+}
+
+/// `a, b, c` for messages.
+pub fn column_names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
