@@ -387,3 +387,111 @@ fn joins_sessions_and_top_n_killed_at_random_moments_equal_one_uninterrupted_run
         );
     }
 }
+
+#[test]
+fn late_rows_go_to_their_sink_and_never_change_emitted_windows() {
+    let s = Scratch::new();
+    // One row per batch, so the watermark moves between rows: the row at
+    // 00:00:03 arrives after the watermark passed 00:00:12, when its
+    // window [0 s, 10 s) has fired.
+    s.write(
+        "data/clicks.csv",
+        "user,at\nada,2024-01-01T00:00:01\nbo,2024-01-01T00:00:12\nada,2024-01-01T00:00:25\nbo,2024-01-01T00:00:03\nada,2024-01-01T00:00:26\n",
+    );
+    s.write(
+        "t.toml",
+        r#"
+name = "late"
+batch_size = 1
+
+[sources.clicks]
+plugin = "file-source"
+allow_read = ["data"]
+config = { path = "data/clicks.csv", columns = ["user:utf8", "at:timestamp"] }
+watermark = { column = "at" }
+
+[stages.per_window]
+input = "clicks"
+window = { time = "at", size = "10s" }
+aggregates = ["count(*) AS clicks"]
+late_rows = "late_clicks"
+
+[sinks.out]
+input = "per_window"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out", format = "jsonl" }
+
+[sinks.late_clicks]
+plugin = "file-sink"
+allow_write = ["late"]
+config = { path = "late", format = "jsonl" }
+"#,
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let counts: Vec<(String, i64)> = s
+        .output_lines("out")
+        .iter()
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).expect("json");
+            (
+                row["window_start"].as_str().expect("start").to_string(),
+                row["clicks"].as_i64().expect("clicks"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        vec![
+            ("2024-01-01T00:00:00".to_string(), 1),
+            ("2024-01-01T00:00:10".to_string(), 1),
+            ("2024-01-01T00:00:20".to_string(), 2),
+        ]
+    );
+    assert_eq!(
+        s.output_lines("late"),
+        vec![r#"{"user":"bo","at":"2024-01-01T00:00:03"}"#.to_string()]
+    );
+    let status = s.fvhost(&["status", ".fvhost/late"]);
+    let record: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let stage = record["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|st| st["name"] == "per_window")
+        .expect("stage");
+    assert_eq!(stage["late_rows"], 1, "{stage}");
+}
+
+#[test]
+fn late_rows_need_a_sink_without_input_and_a_stage_that_drops_late_rows() {
+    let s = Scratch::new();
+    let head = "[sources.bids]\nplugin = \"generator\"\nwatermark = { column = \"date_time\" }\n";
+    for (stage, expected) in [
+        (
+            "[stages.w]\ninput = \"bids\"\nsql = \"SELECT * FROM bids\"\nlate_rows = \"out\"\n",
+            "`stages.w.late_rows`: `late_rows` is for window, session and top-N stages",
+        ),
+        (
+            "[stages.w]\ninput = \"bids\"\nwindow = { time = \"date_time\", size = \"10s\" }\naggregates = [\"count(*)\"]\nlate_rows = \"out\"\n",
+            "`sinks.out.input`: this sink receives a stage's late rows (`late_rows`); remove its `input`",
+        ),
+        (
+            "[stages.w]\ninput = \"bids\"\nwindow = { time = \"date_time\", size = \"10s\" }\naggregates = [\"count(*)\"]\nlate_rows = \"nowhere\"\n",
+            "`stages.w.late_rows`: no sink named `nowhere`",
+        ),
+    ] {
+        s.write(
+            "t.toml",
+            &format!("{head}{stage}[sinks.out]\ninput = \"w\"\nplugin = \"blackhole-sink\"\n"),
+        );
+        let run = s.fvhost(&["validate", "t.toml"]);
+        assert_exit(&run, 2);
+        assert!(
+            run.stderr.contains(expected),
+            "missing {expected:?} in:\n{}",
+            run.stderr
+        );
+    }
+}

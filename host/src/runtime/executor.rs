@@ -165,18 +165,20 @@ pub fn run(
             }
         }
     }
-    // Each step task has its own edge to the dead-letter sink, so that its
-    // barriers align there like on any other edge.
-    let mut dead_letter: BTreeMap<(String, usize), Sender<Message>> = BTreeMap::new();
-    if let Some(dlq) = &plan.topology.dead_letter {
-        for stage in &plan.stages {
-            for (i, task) in stage.tasks.iter().enumerate() {
-                if matches!(task, StageTask::Step(_)) {
-                    let (tx, rx) = bounded(settings.channel_capacity);
-                    dead_letter.insert((stage.name.clone(), i), tx);
-                    inputs.entry((dlq.clone(), 0)).or_default().push((0, rx));
-                }
-            }
+    // Side outputs: each step task has its own edge to the dead-letter
+    // sink, each task of a stage with `late_rows` its own edge to that
+    // sink, so that barriers align there like on any other edge.
+    let mut side_outputs: BTreeMap<(String, usize), Sender<Message>> = BTreeMap::new();
+    for stage in &plan.stages {
+        for (i, task) in stage.tasks.iter().enumerate() {
+            let sink = match (task, &plan.topology.dead_letter, &stage.late_rows) {
+                (StageTask::Step(_), Some(dlq), _) => dlq,
+                (StageTask::Stateful(_), _, Some(late)) => late,
+                _ => continue,
+            };
+            let (tx, rx) = bounded(settings.channel_capacity);
+            side_outputs.insert((stage.name.clone(), i), tx);
+            inputs.entry((sink.clone(), 0)).or_default().push((0, rx));
         }
     }
 
@@ -240,7 +242,7 @@ pub fn run(
         for (i, task) in stage.tasks.into_iter().enumerate() {
             let emitter = Emitter::new(
                 outputs.remove(&(stage.name.clone(), i)).unwrap_or_default(),
-                dead_letter.remove(&(stage.name.clone(), i)),
+                side_outputs.remove(&(stage.name.clone(), i)),
                 Arc::clone(&m),
             );
             let task_inputs = inputs.remove(&(stage.name.clone(), i)).unwrap_or_default();
@@ -547,20 +549,19 @@ impl SourceTask {
             }
             match self.instance.poll(self.batch_size)? {
                 SourcePoll::Batch(batch, positions) => {
-                    self.positions.extend(positions);
                     StageMetrics::add(&self.out.metrics.batches_in, 1);
                     StageMetrics::add(&self.out.metrics.rows_in, batch.num_rows() as u64);
+                    let splits: Vec<&str> = positions.iter().map(|(s, _)| s.as_str()).collect();
                     let watermark = match &self.event_time {
-                        Some(e) => {
-                            self.clock
-                                .on_rows(&batch, e)
-                                .map_err(|err| TaskError::State {
-                                    stage: self.name.clone(),
-                                    message: format!("reading event time: {err}"),
-                                })?
-                        }
+                        Some(e) => self.clock.on_rows(&batch, &splits, e).map_err(|err| {
+                            TaskError::State {
+                                stage: self.name.clone(),
+                                message: format!("reading event time: {err}"),
+                            }
+                        })?,
                         None => None,
                     };
+                    self.positions.extend(positions);
                     self.out.emit(batch)?;
                     if let Some(w) = watermark {
                         self.out.watermark(w)?;

@@ -159,21 +159,23 @@ impl Downstream {
 /// Sends an operator's output on every outgoing edge.
 pub struct Emitter {
     downstream: Vec<Downstream>,
-    dead_letter: Option<Sender<Message>>,
+    /// The side output: the dead-letter sink of a step, the late-rows sink
+    /// of a stateful stage.
+    side: Option<Sender<Message>>,
     /// The stage's counters.
     pub metrics: Arc<StageMetrics>,
 }
 
 impl Emitter {
-    /// An emitter over `downstream` edges.
+    /// An emitter over `downstream` edges, with an optional side output.
     pub fn new(
         downstream: Vec<Downstream>,
-        dead_letter: Option<Sender<Message>>,
+        side: Option<Sender<Message>>,
         metrics: Arc<StageMetrics>,
     ) -> Self {
         Emitter {
             downstream,
-            dead_letter,
+            side,
             metrics,
         }
     }
@@ -193,21 +195,40 @@ impl Emitter {
 
     /// Whether a dead-letter output exists.
     pub fn has_dead_letter(&self) -> bool {
-        self.dead_letter.is_some()
+        self.side.is_some()
     }
 
     /// Send poison rows (already in the dead-letter schema).
     pub fn dead_letter(&mut self, batch: RecordBatch) -> Result<(), TaskError> {
         StageMetrics::add(&self.metrics.dead_lettered, batch.num_rows() as u64);
-        if let Some(dlq) = &self.dead_letter {
+        if let Some(dlq) = &self.side {
             dlq.send(Message::Batch(batch))
                 .map_err(|_| TaskError::DownstreamClosed)?;
         }
         Ok(())
     }
 
+    /// Rows `rows` of `batch` arrived too late to count: they are counted,
+    /// and sent to the stage's late-rows sink if it has one.
+    pub fn late(&mut self, batch: &RecordBatch, rows: Vec<u32>) -> Result<(), TaskError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        StageMetrics::add(&self.metrics.late_rows, rows.len() as u64);
+        if let Some(side) = &self.side {
+            let indices = UInt32Array::from(rows);
+            let late = take_record_batch(batch, &indices).map_err(|e| TaskError::State {
+                stage: "late rows".into(),
+                message: e.to_string(),
+            })?;
+            side.send(Message::Batch(late))
+                .map_err(|_| TaskError::DownstreamClosed)?;
+        }
+        Ok(())
+    }
+
     /// Send a message to every task of every downstream stage (and the
-    /// dead-letter output): barriers and end of stream go everywhere.
+    /// side output): barriers and end of stream go everywhere.
     fn broadcast(&mut self, message: Message) -> Result<(), TaskError> {
         for d in &self.downstream {
             for s in &d.senders {
@@ -215,8 +236,9 @@ impl Emitter {
                     .map_err(|_| TaskError::DownstreamClosed)?;
             }
         }
-        if let Some(dlq) = &self.dead_letter {
-            dlq.send(message).map_err(|_| TaskError::DownstreamClosed)?;
+        if let Some(side) = &self.side {
+            side.send(message)
+                .map_err(|_| TaskError::DownstreamClosed)?;
         }
         Ok(())
     }
@@ -242,6 +264,6 @@ impl Emitter {
     pub fn end_of_stream(&mut self) {
         let _ = self.broadcast(Message::EndOfStream);
         self.downstream.clear();
-        self.dead_letter = None;
+        self.side = None;
     }
 }

@@ -66,6 +66,8 @@ pub struct PlannedStage {
     /// For a keyed stage, the key columns of each input (in input order):
     /// rows are routed to the task owning their key's vnode.
     pub keys: Option<Vec<Vec<String>>>,
+    /// The sink that receives the stage's late rows.
+    pub late_rows: Option<String>,
     /// One per task.
     pub tasks: Vec<StageTask>,
     /// Output schema.
@@ -334,6 +336,7 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
                 inputs: node.inputs.clone(),
                 kind: node.kind.label(),
                 keys: node.kind.input_keys(node.inputs.len()),
+                late_rows: node.late_rows.clone(),
                 tasks,
                 schema,
             });
@@ -343,17 +346,23 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
     for node in &topology.sinks {
         let key = format!("sinks.{}", node.name);
         let is_dlq = topology.dead_letter.as_deref() == Some(node.name.as_str());
-        let input = if is_dlq {
-            Some(Arc::clone(&DEAD_LETTER_SCHEMA))
-        } else {
-            p.input_schema(&key, &node.inputs, &schemas)
+        let late_of = topology.late_rows_of(&node.name);
+        let input = match (is_dlq, late_of) {
+            (true, _) => Some(Arc::clone(&DEAD_LETTER_SCHEMA)),
+            // Late rows are the stage's input rows.
+            (false, Some(stage)) => p.input_schema(&key, &stage.inputs, &schemas),
+            (false, None) => p.input_schema(&key, &node.inputs, &schemas),
         };
         let Some(input) = input else { continue };
         let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Sink) else {
             continue;
         };
-        // The dead-letter sink has one task: poison rows are rare.
-        let parallelism = if is_dlq { 1 } else { node.parallelism };
+        // Side-output sinks have one task: poison and late rows are rare.
+        let parallelism = if is_dlq || late_of.is_some() {
+            1
+        } else {
+            node.parallelism
+        };
         let mut tasks = Vec::new();
         for i in 0..parallelism {
             let id = p.identity(&node.name, i, parallelism);

@@ -1,16 +1,20 @@
-//! [`WatermarkClock`]: how a source task derives its watermark — the newest
-//! event time it has read minus the source's `delay`, and `Idle` once it
-//! has read no rows for `idle_timeout` of processing time.
+//! [`WatermarkClock`]: how a source task derives its watermark — per split,
+//! the newest event time read from it; the task's watermark is the oldest
+//! of those over the splits that delivered rows within `idle_timeout` of
+//! processing time, minus the source's `delay`; `Idle` once no split has.
+//! It never goes back: rows of a split that was idle and returns behind
+//! the watermark are late downstream.
 //!
 //! Processing time comes from a [`Clock`], injected so that idleness is
 //! testable without sleeping. This module never sends anything: the
 //! source task forwards what it returns.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::{Array, RecordBatch, TimestampMicrosecondArray};
-use arrow::compute::{cast, max};
+use arrow::compute::{cast, max, min};
 use arrow::datatypes::{DataType, TimeUnit};
 use arrow::error::ArrowError;
 
@@ -61,69 +65,107 @@ impl Clock for ManualClock {
     }
 }
 
+/// What one split has delivered.
+#[derive(Debug, Clone, Copy)]
+struct SplitTime {
+    newest: i64,
+    last_rows: Instant,
+}
+
 /// One source task's watermark.
 pub struct WatermarkClock<C: Clock> {
     clock: C,
-    max_seen: Option<i64>,
+    splits: BTreeMap<String, SplitTime>,
     emitted: Option<Watermark>,
-    last_rows: Instant,
+    /// The highest time watermark sent: it never goes back.
+    high: Option<i64>,
 }
 
 impl<C: Clock> WatermarkClock<C> {
     /// A task that has read nothing yet.
     pub fn new(clock: C) -> Self {
-        let last_rows = clock.now();
         WatermarkClock {
             clock,
-            max_seen: None,
+            splits: BTreeMap::new(),
             emitted: None,
-            last_rows,
+            high: None,
         }
     }
 
-    /// Rows arrived; returns the watermark to send, if it changed.
+    /// Rows of `splits` (the splits whose positions the batch moved)
+    /// arrived; returns the watermark to send, if it changed. A batch of
+    /// one split moves that split to its newest row; a batch of several
+    /// moves each only to its oldest row, since which row came from which
+    /// split is not known.
     pub fn on_rows(
         &mut self,
         batch: &RecordBatch,
+        splits: &[&str],
         e: &SourceEventTime,
     ) -> Result<Option<Watermark>, ArrowError> {
-        self.last_rows = self.clock.now();
+        let now = self.clock.now();
         let times = cast(
             batch.column(e.column),
             &DataType::Timestamp(TimeUnit::Microsecond, None),
         )?;
-        let newest = times
+        let times = times
             .as_any()
             .downcast_ref::<TimestampMicrosecondArray>()
-            .and_then(|t| {
-                if t.null_count() == t.len() {
-                    None
-                } else {
-                    max(t)
+            .filter(|t| t.null_count() < t.len());
+        let reached = times.and_then(|t| if splits.len() > 1 { min(t) } else { max(t) });
+        // A source that names no split is one split.
+        let names: &[&str] = if splits.is_empty() { &[""] } else { splits };
+        for split in names {
+            match (self.splits.get_mut(*split), reached) {
+                (Some(s), Some(t)) => {
+                    s.newest = s.newest.max(t);
+                    s.last_rows = now;
                 }
-            });
-        if let Some(t) = newest {
-            self.max_seen = Some(self.max_seen.map_or(t, |m| m.max(t)));
+                (Some(s), None) => s.last_rows = now,
+                (None, Some(t)) => {
+                    self.splits.insert(
+                        split.to_string(),
+                        SplitTime {
+                            newest: t,
+                            last_rows: now,
+                        },
+                    );
+                }
+                (None, None) => {}
+            }
         }
-        let Some(seen) = self.max_seen else {
-            return Ok(None);
-        };
-        let w = Watermark::At(seen.saturating_sub(e.delay.as_micros() as i64));
-        if self.emitted == Some(w) {
-            return Ok(None);
-        }
-        self.emitted = Some(w);
-        Ok(Some(w))
+        Ok(self.advance(e))
     }
 
-    /// No rows this poll; returns `Idle` once, when the idle timeout passed.
+    /// No rows this poll: a split idle past the timeout stops holding the
+    /// watermark back; `Idle` once every split is.
     pub fn on_idle(&mut self, e: &SourceEventTime) -> Option<Watermark> {
-        let idle_for = self.clock.now().saturating_duration_since(self.last_rows);
-        if self.emitted != Some(Watermark::Idle) && idle_for >= e.idle_timeout {
-            self.emitted = Some(Watermark::Idle);
-            return Some(Watermark::Idle);
+        self.advance(e)
+    }
+
+    fn advance(&mut self, e: &SourceEventTime) -> Option<Watermark> {
+        let now = self.clock.now();
+        let oldest_active = self
+            .splits
+            .values()
+            .filter(|s| now.saturating_duration_since(s.last_rows) < e.idle_timeout)
+            .map(|s| s.newest)
+            .min();
+        let w = match oldest_active {
+            Some(t) => {
+                let w = t.saturating_sub(e.delay.as_micros() as i64);
+                let w = self.high.map_or(w, |h| h.max(w));
+                self.high = Some(w);
+                Watermark::At(w)
+            }
+            None if self.splits.is_empty() => return None,
+            None => Watermark::Idle,
+        };
+        if self.emitted == Some(w) {
+            return None;
         }
-        None
+        self.emitted = Some(w);
+        Some(w)
     }
 }
 
@@ -156,11 +198,11 @@ mod tests {
         let clock = ManualClock::default();
         let mut w = WatermarkClock::new(clock.clone());
         assert_eq!(
-            w.on_rows(&rows(&[100, 40]), &e).expect("rows"),
+            w.on_rows(&rows(&[100, 40]), &["s"], &e).expect("rows"),
             Some(Watermark::At(95_000))
         );
         // An older batch does not move it; nor does the same newest time.
-        assert_eq!(w.on_rows(&rows(&[60]), &e).expect("rows"), None);
+        assert_eq!(w.on_rows(&rows(&[60]), &["s"], &e).expect("rows"), None);
         clock.advance(Duration::from_secs(9));
         assert_eq!(w.on_idle(&e), None, "9 s < the 10 s idle timeout");
         clock.advance(Duration::from_secs(1));
@@ -168,12 +210,53 @@ mod tests {
         assert_eq!(w.on_idle(&e), None, "idle is said once");
         // Rows again: the watermark speaks again, from where it was.
         assert_eq!(
-            w.on_rows(&rows(&[90]), &e).expect("rows"),
+            w.on_rows(&rows(&[90]), &["s"], &e).expect("rows"),
             Some(Watermark::At(95_000))
         );
         assert_eq!(
-            w.on_rows(&rows(&[200]), &e).expect("rows"),
+            w.on_rows(&rows(&[200]), &["s"], &e).expect("rows"),
             Some(Watermark::At(195_000))
+        );
+    }
+
+    #[test]
+    fn the_oldest_active_split_holds_the_watermark_until_it_idles() {
+        let e = SourceEventTime {
+            column: 0,
+            delay: Duration::ZERO,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let clock = ManualClock::default();
+        let mut w = WatermarkClock::new(clock.clone());
+        assert_eq!(
+            w.on_rows(&rows(&[100]), &["a"], &e).expect("a"),
+            Some(Watermark::At(100_000))
+        );
+        // Split b lags: the task's watermark cannot pass b's rows... but
+        // it never goes back either.
+        assert_eq!(w.on_rows(&rows(&[40]), &["b"], &e).expect("b"), None);
+        assert_eq!(w.on_rows(&rows(&[300]), &["a"], &e).expect("a"), None);
+        assert_eq!(
+            w.on_rows(&rows(&[150]), &["b"], &e).expect("b"),
+            Some(Watermark::At(150_000))
+        );
+        // A batch of both splits moves each only to its oldest row.
+        assert_eq!(
+            w.on_rows(&rows(&[400, 160]), &["a", "b"], &e).expect("ab"),
+            Some(Watermark::At(160_000))
+        );
+        // b stops; a goes on. After the idle timeout only a counts.
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(w.on_rows(&rows(&[500]), &["a"], &e).expect("a"), None);
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(w.on_idle(&e), Some(Watermark::At(500_000)));
+        // Then a is idle too: the task is idle.
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(w.on_idle(&e), Some(Watermark::Idle));
+        // b returns behind the watermark: the watermark stays where it was.
+        assert_eq!(
+            w.on_rows(&rows(&[170]), &["b"], &e).expect("b"),
+            Some(Watermark::At(500_000))
         );
     }
 }

@@ -64,6 +64,23 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
             ));
         }
         check_inputs("stages", &stage.name, &stage.inputs, &mut errors);
+        if let Some(late) = &stage.late_rows {
+            let at = format!("stages.{}.late_rows", stage.name);
+            if !sinks.contains(late.as_str()) {
+                errors.push(map.at_key(
+                    &at,
+                    format!("no sink named `{late}`; add a [sinks.{late}] without `input`"),
+                ));
+            }
+            if matches!(stage.kind, StageKind::Join(_)) {
+                errors.push(map.at_key(&at, "a join's two inputs have different columns, so its late rows cannot share one sink; they are counted (`late_rows` in the status record)"));
+            } else if !matches!(
+                stage.kind,
+                StageKind::Window(_) | StageKind::Session(_) | StageKind::TopN(_)
+            ) {
+                errors.push(map.at_key(&at, "`late_rows` is for window, session and top-N stages"));
+            }
+        }
         match &stage.kind {
             StageKind::Join(_) if stage.inputs.len() != 2 => errors.push(map.at_key(
                 &format!("stages.{}.input", stage.name),
@@ -95,7 +112,30 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
                 "the dead-letter sink receives poison rows only; remove its `input`",
             ));
         }
-        if !is_dlq && sink.inputs.is_empty() {
+        let late_of = t
+            .stages
+            .iter()
+            .filter(|s| s.late_rows.as_deref() == Some(sink.name.as_str()))
+            .count();
+        if late_of > 0 && !sink.inputs.is_empty() {
+            errors.push(map.at_key(
+                &format!("sinks.{}.input", sink.name),
+                "this sink receives a stage's late rows (`late_rows`); remove its `input`",
+            ));
+        }
+        if late_of > 1 {
+            errors.push(map.at_key(
+                &format!("sinks.{}", sink.name),
+                "more than one stage sends its late rows here; give each stage its own `late_rows` sink",
+            ));
+        }
+        if is_dlq && late_of > 0 {
+            errors.push(map.at_key(
+                &format!("sinks.{}", sink.name),
+                "the dead-letter sink cannot also receive late rows",
+            ));
+        }
+        if !is_dlq && late_of == 0 && sink.inputs.is_empty() {
             errors.push(map.at_key(
                 &format!("sinks.{}", sink.name),
                 "a sink needs `input = \"<source or stage>\"`",

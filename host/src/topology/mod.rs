@@ -242,6 +242,8 @@ pub struct StageNode {
     pub kind: StageKind,
     /// Number of tasks.
     pub parallelism: u32,
+    /// The sink (without input) that receives this stage's late rows.
+    pub late_rows: Option<String>,
 }
 
 /// A sink node.
@@ -327,6 +329,13 @@ impl Topology {
     pub fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         let topology = raw::parse(path, text)?;
         graph::check(topology)
+    }
+
+    /// The stage whose late rows sink `sink` receives, if any.
+    pub fn late_rows_of(&self, sink: &str) -> Option<&StageNode> {
+        self.stages
+            .iter()
+            .find(|s| s.late_rows.as_deref() == Some(sink))
     }
 
     /// Every node name that produces rows (sources and stages).

@@ -74,6 +74,7 @@ struct RawNode {
     lookup: Option<RawLookup>,
     key: Option<Vec<String>>,
     aggregates: Option<Vec<String>>,
+    late_rows: Option<String>,
 }
 
 /// `watermark = { … }` on a source.
@@ -296,6 +297,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                     inputs,
                     kind,
                     parallelism,
+                    late_rows: s.late_rows,
                 });
                 continue;
             }
@@ -329,11 +331,18 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
                 continue;
             }
         };
+        if s.late_rows.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.late_rows"),
+                "`late_rows` is for window, session and top-N stages: only they drop late rows",
+            ));
+        }
         stages.push(StageNode {
             name: n,
             inputs,
             kind,
             parallelism,
+            late_rows: None,
         });
     }
     let mut sinks = Vec::new();
@@ -425,6 +434,7 @@ fn refuse_stage_keys(
         ("lookup", node.lookup.is_some()),
         ("key", node.key.is_some()),
         ("aggregates", node.aggregates.is_some()),
+        ("late_rows", node.late_rows.is_some()),
     ];
     for (field, _) in present.iter().filter(|(_, p)| *p) {
         errors.push(ctx.map.at_key(

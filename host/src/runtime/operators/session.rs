@@ -23,7 +23,6 @@ use super::rows::{
 };
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
-use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::state::{KeyHasher, StateSnapshot};
 use crate::topology::SessionSpec;
@@ -285,10 +284,10 @@ impl Operator for SessionAggregate {
             .values(&batch)
             .map_err(|e| self.ctx.error(e))?;
         let horizon = self.watermark.map(|w| w.saturating_sub(self.lateness));
-        let mut late = 0u64;
+        let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) || horizon.is_some_and(|h| times.value(r) < h) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let key: &[u8] = if self.hasher.is_global() {
@@ -298,9 +297,7 @@ impl Operator for SessionAggregate {
             };
             self.add(key, times.value(r), &values, r);
         }
-        if late > 0 {
-            StageMetrics::add(&out.metrics.late_rows, late);
-        }
+        out.late(&batch, late)?;
         self.gauge.report(self.by_end.len() as u64, out);
         Ok(())
     }

@@ -25,7 +25,6 @@ use super::rows::{
 };
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
-use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::state::{KeyHasher, StateSnapshot};
 use crate::topology::TopNSpec;
@@ -301,10 +300,10 @@ impl Operator for TopN {
         let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
         let keys = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
         let rows = self.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
-        let mut late = 0u64;
+        let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let start = times.value(r).div_euclid(self.size) * self.size;
@@ -312,7 +311,7 @@ impl Operator for TopN {
                 .saturating_add(self.size)
                 .saturating_add(self.lateness);
             if self.watermark.is_some_and(|w| closes <= w) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let key: &[u8] = if self.hasher.is_global() {
@@ -322,9 +321,7 @@ impl Operator for TopN {
             };
             self.offer(start, key, KeyHasher::vnode_of(key), rows.row(r).data());
         }
-        if late > 0 {
-            StageMetrics::add(&out.metrics.late_rows, late);
-        }
+        out.late(&batch, late)?;
         self.report(out);
         Ok(())
     }

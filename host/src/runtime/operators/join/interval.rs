@@ -21,7 +21,6 @@ use arrow::datatypes::{DataType, Field, Schema};
 use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
-use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::runtime::operators::rows::{StateGauge, advance, column, event_micros, held_back};
 use crate::state::{KeyHasher, StateSnapshot};
@@ -216,13 +215,13 @@ impl Operator for IntervalJoin {
         let keys = s.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
         let rows = s.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
         let horizon = self.horizon();
-        let mut late = 0u64;
+        let mut late: Vec<u32> = Vec::new();
         // Pairs as (left, right) bytes; collected per batch, emitted in chunks.
         let mut pairs: Vec<RowPair> = Vec::new();
         for r in 0..batch.num_rows() {
             let t = times.value(r);
             if times.is_null(r) || horizon.is_some_and(|h| t < h) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let key = keys.row(r).data();
@@ -245,9 +244,7 @@ impl Operator for IntervalJoin {
                 joined(&self.plan, &self.sides, None, &refs).map_err(|e| self.ctx.error(e))?;
             out.emit(batch)?;
         }
-        if late > 0 {
-            StageMetrics::add(&out.metrics.late_rows, late);
-        }
+        out.late(&batch, late)?;
         self.gauge.report(self.rows_held(), out);
         Ok(())
     }

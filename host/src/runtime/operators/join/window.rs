@@ -16,7 +16,6 @@ use arrow::datatypes::{DataType, Field, Schema};
 use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
-use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::runtime::operators::rows::{StateGauge, advance, column, event_micros, held_back};
 use crate::state::{KeyHasher, StateSnapshot};
@@ -193,10 +192,10 @@ impl Operator for WindowJoin {
         let times = event_micros(&batch, s.time).map_err(|e| self.ctx.error(e))?;
         let keys = s.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
         let rows = s.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
-        let mut late = 0u64;
+        let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let start = times.value(r).div_euclid(self.size) * self.size;
@@ -204,7 +203,7 @@ impl Operator for WindowJoin {
                 .saturating_add(self.size)
                 .saturating_add(self.lateness);
             if self.watermark.is_some_and(|w| closes <= w) {
-                late += 1;
+                late.push(r as u32);
                 continue;
             }
             let key = keys.row(r);
@@ -216,9 +215,7 @@ impl Operator for WindowJoin {
                 rows.row(r).data(),
             );
         }
-        if late > 0 {
-            StageMetrics::add(&out.metrics.late_rows, late);
-        }
+        out.late(&batch, late)?;
         self.gauge.report(self.rows_held, out);
         Ok(())
     }

@@ -33,7 +33,6 @@ use super::rows::{
 
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
-use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::state::{KeyHasher, StateSnapshot};
 use crate::topology::WindowSpec;
@@ -261,10 +260,10 @@ impl Operator for WindowAggregate {
             .aggregates
             .values(&batch)
             .map_err(|e| self.ctx.error(e))?;
-        let mut late = 0u64;
+        let mut late: Vec<u32> = Vec::new();
         for row in 0..batch.num_rows() {
             if times.is_null(row) {
-                late += 1;
+                late.push(row as u32);
                 continue;
             }
             let t = times.value(row);
@@ -296,11 +295,11 @@ impl Operator for WindowAggregate {
                 }
                 start -= self.slide;
             }
-            late += u64::from(!placed);
+            if !placed {
+                late.push(row as u32);
+            }
         }
-        if late > 0 {
-            StageMetrics::add(&out.metrics.late_rows, late);
-        }
+        out.late(&batch, late)?;
         self.report_groups(out);
         Ok(())
     }
