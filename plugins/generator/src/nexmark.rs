@@ -3,6 +3,7 @@
 //! Follows the reference generator's constants and id arithmetic so that
 //! queries see the same shape of data (hot keys, id leads, price spread).
 
+use std::fmt::Write;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::builder::{
@@ -49,6 +50,13 @@ const US_CITIES: &[&str] = &[
     "Cheyenne",
 ];
 const HOT_CHANNELS: &[&str] = &["Google", "Facebook", "Baidu", "Apple"];
+/// The URL of each hot channel (its name in lowercase).
+const HOT_URLS: &[&str] = &[
+    "https://www.nexmark.com/google/item.htm?query=1",
+    "https://www.nexmark.com/facebook/item.htm?query=1",
+    "https://www.nexmark.com/baidu/item.htm?query=1",
+    "https://www.nexmark.com/apple/item.htm?query=1",
+];
 
 /// Generation parameters shared by every event.
 pub struct Params {
@@ -259,30 +267,26 @@ impl BatchBuilder {
                     next_base0_person_id(event, &mut rng)
                 } + FIRST_PERSON_ID;
                 let price = next_price(&mut rng);
-                let (channel, url) = if rng.below(2) > 0 {
+                // Strings are written straight into the builders (a
+                // builder's `fmt::Write` appends to the row in progress):
+                // no allocation per row.
+                if rng.below(2) > 0 {
                     let i = rng.below(HOT_CHANNELS.len() as u64) as usize;
-                    (
-                        HOT_CHANNELS[i].to_string(),
-                        format!(
-                            "https://www.nexmark.com/{}/item.htm?query=1",
-                            HOT_CHANNELS[i].to_lowercase()
-                        ),
-                    )
+                    self.strings[0].append_value(HOT_CHANNELS[i]);
+                    self.strings[1].append_value(HOT_URLS[i]);
                 } else {
                     let c = rng.below(10_000);
-                    (
-                        format!("channel-{c}"),
-                        format!(
-                            "https://www.nexmark.com/{}/item.htm?query=1&channel_id={c}",
-                            rng.string(5)
-                        ),
-                    )
-                };
+                    let _ = write!(self.strings[0], "channel-{c}");
+                    self.strings[0].append_value("");
+                    let url = &mut self.strings[1];
+                    let _ = url.write_str("https://www.nexmark.com/");
+                    rng.write_string(5, url);
+                    let _ = write!(url, "/item.htm?query=1&channel_id={c}");
+                    url.append_value("");
+                }
                 self.ints[0].append_value(auction as i64);
                 self.ints[1].append_value(bidder as i64);
                 self.ints[2].append_value(price);
-                self.strings[0].append_value(channel);
-                self.strings[1].append_value(url);
                 self.times[0].append_value(ts);
             }
             Stream::Sequence => {}

@@ -34,9 +34,23 @@ impl Rng {
 
     /// A lowercase string of `len` letters.
     pub fn string(&mut self, len: usize) -> String {
-        (0..len)
-            .map(|_| char::from(b'a' + self.below(26) as u8))
-            .collect()
+        let mut s = String::with_capacity(len);
+        self.write_string(len, &mut s);
+        s
+    }
+
+    /// Append `len` random lowercase letters to `out` (no allocation: the
+    /// hot path of bid generation).
+    pub fn write_string(&mut self, len: usize, out: &mut impl std::fmt::Write) {
+        let mut buf = [0u8; 128];
+        for chunk_start in (0..len).step_by(buf.len()) {
+            let n = (len - chunk_start).min(buf.len());
+            for b in &mut buf[..n] {
+                *b = b'a' + self.below(26) as u8;
+            }
+            // Letters a–z are ASCII: always valid UTF-8.
+            let _ = out.write_str(std::str::from_utf8(&buf[..n]).unwrap_or_default());
+        }
     }
 }
 
