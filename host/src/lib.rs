@@ -1,7 +1,8 @@
 //! # fvhost: a stream-processing host for WebAssembly plugins
 //!
 //! `fvhost run topology.toml` runs a dataflow of Wasm **sources**, native
-//! **stages** (DataFusion SQL) and Wasm **steps**, into Wasm **sinks**.
+//! **stages** (DataFusion SQL; windows, sessions, top-N, joins and lookups
+//! on event time, sharded by key) and Wasm **steps**, into Wasm **sinks**.
 //!
 //! Where to start reading:
 //! - [`topology`]: the TOML file → a checked DAG ([`topology::Topology::load`]),
@@ -9,7 +10,9 @@
 //! - [`plugin`]: the wasmtime host — compile cache, sandbox, the
 //!   `fv:plugin` contract (`wit/plugin.wit`) and per-task instances;
 //! - [`runtime`]: the in-band [`runtime::Message`]s, the
-//!   [`runtime::Operator`] trait, planning and the threaded executor;
+//!   [`runtime::Operator`] trait (one hook per message; the operators live
+//!   one per file under `runtime/operators/`), planning and the threaded
+//!   executor;
 //! - [`epoch`]: barriers, manifests and the coordinator that make output
 //!   exactly-once;
 //! - [`sql`]: stateless DataFusion queries over batches;

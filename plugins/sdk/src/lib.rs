@@ -2,7 +2,7 @@
 //!
 //! An fvhost plugin is a WebAssembly component that is a **source**, a
 //! **sink** or a **step**. With this crate you implement one Rust trait —
-//! [`Source`], [`Sink`] or [`Step`] — over Arrow [`RecordBatch`]es and export
+//! [`Source`], [`Sink`] or [`Step`] — over Arrow [`RecordBatch`](arrow_array::RecordBatch)es and export
 //! it with one macro ([`export_source!`], [`export_sink!`], [`export_step!`]).
 //! The SDK does the rest: Arrow IPC encoding at the boundary, parsing your
 //! `config` table into your own `serde` type (with errors that name the key),
