@@ -15,6 +15,8 @@
 //!   executor;
 //! - [`epoch`]: barriers, manifests and the coordinator that make output
 //!   exactly-once;
+//! - [`serve`]: the control plane (`fvhost serve`: many topologies behind
+//!   an HTTP API);
 //! - [`sql`]: stateless DataFusion queries over batches;
 //! - [`state`]: vnodes, key hashing and state snapshots of keyed operators.
 
@@ -22,6 +24,7 @@ pub mod epoch;
 pub mod ipc;
 pub mod plugin;
 pub mod runtime;
+pub mod serve;
 pub mod sql;
 pub mod state;
 pub mod topology;

@@ -81,14 +81,141 @@ enum Command {
         topology: PathBuf,
     },
     /// Print the status record of a run (running or ended) from its state
-    /// directory: state, heartbeat, last committed epoch, rows per stage.
+    /// directory: state, heartbeat, last committed epoch, rows per stage —
+    /// or, with `--server`, of a topology hosted by `fvhost serve`.
     Status {
-        /// The run's state directory (default of `run`: ./.fvhost/<topology name>).
-        state_dir: PathBuf,
+        /// The run's state directory (default of `run`: ./.fvhost/<topology
+        /// name>), or with `--server` the topology's name.
+        target: String,
+        /// Ask this `fvhost serve` (e.g. http://127.0.0.1:7878) instead.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Submit a topology to a `fvhost serve`: it is validated there exactly
+    /// like `fvhost validate`, stored and started.
+    Submit {
+        /// The topology file.
+        topology: PathBuf,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List the topologies of a `fvhost serve` with their state.
+    Ls {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stop a topology on a `fvhost serve` (final checkpoint, then STOPPED).
+    Stop {
+        /// The topology's name.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Start a stopped topology on a `fvhost serve`; it resumes from its
+    /// newest checkpoint.
+    Start {
+        /// The topology's name.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Delete a stopped topology from a `fvhost serve`.
+    Delete {
+        /// The topology's name.
+        name: String,
+        /// Also delete its checkpoints.
+        #[arg(long)]
+        purge: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Print the rows leaving a source or stage of a topology on a
+    /// `fvhost serve`, live, one JSON object per line.
+    Tail {
+        /// The topology's name.
+        name: String,
+        /// The source or stage.
+        stage: String,
+        /// Stop after this many rows.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Host many topologies in one process behind an HTTP API: submit,
+    /// start, stop and watch them (JSON; see /openapi.json). Topologies
+    /// that were running resume from their newest checkpoint when the
+    /// server starts again. Ctrl-C (or SIGTERM) stops every topology with a
+    /// final checkpoint.
+    Serve {
+        /// Address to listen on; port 0 picks a free port (the address is
+        /// printed on stderr).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        bind: std::net::SocketAddr,
+        /// Where hosted topologies, their checkpoints and status records live.
+        #[arg(long, env = "FVHOST_DATA_DIR", default_value = ".fvhost-serve")]
+        data_dir: PathBuf,
+        /// Bearer token required by every mutating call (POST, DELETE).
+        #[arg(long, env = "FVHOST_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Read the bearer token from this file instead.
+        #[arg(long, conflicts_with = "token")]
+        token_file: Option<PathBuf>,
+        /// Allow binding a non-loopback address without a token.
+        #[arg(long)]
+        insecure: bool,
     },
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+}
+
+/// Where the control plane is; the token comes from FVHOST_TOKEN.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// The `fvhost serve` to talk to.
+    #[arg(long, env = "FVHOST_SERVER", default_value = "http://127.0.0.1:7878")]
+    server: String,
+}
+
+impl ServerArgs {
+    fn client(&self) -> fvhost::serve::client::ServerClient {
+        let token = std::env::var("FVHOST_TOKEN").ok().filter(|t| !t.is_empty());
+        fvhost::serve::client::ServerClient::new(&self.server, token)
+    }
+}
+
+/// Print a server's answer: the JSON body on success, the error and its
+/// details otherwise (exit 2 for a refused request, 1 for the rest).
+fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
+    if answer.status < 300 {
+        match serde_json::from_str::<serde_json::Value>(&answer.body) {
+            Ok(v) => println!(
+                "{}",
+                serde_json::to_string_pretty(&v).unwrap_or(answer.body)
+            ),
+            Err(_) if answer.body.is_empty() => {}
+            Err(_) => println!("{}", answer.body),
+        }
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::from_str::<serde_json::Value>(&answer.body) {
+        Ok(v) => {
+            eprintln!(
+                "error: {} (HTTP {})",
+                v["error"].as_str().unwrap_or("request refused"),
+                answer.status
+            );
+            for e in v["errors"].as_array().into_iter().flatten() {
+                eprintln!("  {}", e.as_str().unwrap_or_default());
+            }
+        }
+        Err(_) => eprintln!("error: HTTP {}: {}", answer.status, answer.body.trim()),
+    }
+    match answer.status {
+        400..=499 => ExitCode::from(EXIT_CONFIG),
+        _ => ExitCode::from(EXIT_RUNTIME),
+    }
 }
 
 #[derive(Subcommand)]
@@ -214,7 +341,86 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Status { state_dir } => {
+        Command::Status {
+            target,
+            server: Some(server),
+        } => {
+            let client = ServerArgs { server }.client();
+            Ok(print_answer(client.get(&format!("/topologies/{target}"))?))
+        }
+        Command::Submit { topology, server } => {
+            let text = std::fs::read_to_string(&topology)
+                .with_context(|| format!("reading {}", topology.display()))?;
+            Ok(print_answer(server.client().post(
+                "/topologies",
+                &text,
+                "application/toml",
+            )?))
+        }
+        Command::Ls { server } => {
+            let answer = server.client().get("/topologies")?;
+            if answer.status >= 300 {
+                return Ok(print_answer(answer));
+            }
+            let list: Vec<serde_json::Value> = serde_json::from_str(&answer.body)?;
+            println!("{:<24} {:<8} {:>10}", "NAME", "STATE", "EPOCH");
+            for t in list {
+                println!(
+                    "{:<24} {:<8} {:>10}",
+                    t["name"].as_str().unwrap_or_default(),
+                    t["state"].as_str().unwrap_or_default(),
+                    t["status"]["last_committed_epoch"]
+                        .as_u64()
+                        .map_or("-".to_string(), |e| e.to_string())
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stop { name, server } => Ok(print_answer(server.client().post(
+            &format!("/topologies/{name}/stop"),
+            "",
+            "text/plain",
+        )?)),
+        Command::Start { name, server } => Ok(print_answer(server.client().post(
+            &format!("/topologies/{name}/start"),
+            "",
+            "text/plain",
+        )?)),
+        Command::Delete {
+            name,
+            purge,
+            server,
+        } => Ok(print_answer(
+            server
+                .client()
+                .delete(&format!("/topologies/{name}?purge={purge}"))?,
+        )),
+        Command::Tail {
+            name,
+            stage,
+            limit,
+            server,
+        } => {
+            let mut printed = 0usize;
+            let answer = server.client().follow(
+                &format!("/topologies/{name}/stages/{stage}/tail"),
+                |row| {
+                    println!("{row}");
+                    printed += 1;
+                    limit.is_none_or(|l| printed < l)
+                },
+                |missed| eprintln!("({missed} rows missed: this watcher fell behind)"),
+            )?;
+            if answer.status >= 300 {
+                return Ok(print_answer(answer));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status {
+            target,
+            server: None,
+        } => {
+            let state_dir = PathBuf::from(target);
             let record = match status::read(&state_dir) {
                 Ok(r) => r,
                 Err(e) => {
@@ -226,6 +432,45 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             println!("{}", serde_json::to_string_pretty(&record)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve {
+            bind,
+            data_dir,
+            token,
+            token_file,
+            insecure,
+        } => {
+            let token = match token_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(&f)
+                        .with_context(|| format!("reading the token file {}", f.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => token,
+            }
+            .filter(|t| !t.is_empty());
+            if !bind.ip().is_loopback() && token.is_none() && !insecure {
+                eprintln!(
+                    "error: refusing to serve on {bind} without a token: anyone who can reach it could run code; set FVHOST_TOKEN (or --token-file), or pass --insecure"
+                );
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
+            let engine = Arc::new(engine(cli.cache_dir)?);
+            let notify = Arc::new(tokio::sync::Notify::new());
+            let n = Arc::clone(&notify);
+            ctrlc::set_handler(move || {
+                eprintln!("\nstopping: every topology takes a final checkpoint");
+                n.notify_one();
+            })
+            .context("installing the Ctrl-C handler")?;
+            let config = fvhost::serve::ServeConfig {
+                bind,
+                data_dir,
+                token,
+            };
+            fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::List) => {

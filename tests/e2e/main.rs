@@ -14,4 +14,5 @@ mod object_store;
 mod pipelines;
 mod poison;
 mod sandbox;
+mod serve;
 mod stateful;

@@ -26,6 +26,8 @@ pub struct StageMetrics {
     pub state_groups: AtomicU64,
     /// Plugin instances re-created after a trap.
     pub restarts: AtomicU64,
+    /// Live copies of the rows this source or stage sends on, for watchers.
+    pub tap: super::tap::Tap,
 }
 
 impl StageMetrics {

@@ -21,6 +21,7 @@ pub mod operators;
 pub mod plan;
 pub mod progress;
 pub mod status;
+pub mod tap;
 pub mod watermark;
 
 pub use control::RunControl;

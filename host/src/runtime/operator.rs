@@ -187,6 +187,7 @@ impl Emitter {
             return Ok(());
         }
         StageMetrics::add(&self.metrics.rows_out, batch.num_rows() as u64);
+        self.metrics.tap.publish(&batch);
         for d in &mut self.downstream {
             d.send(&batch)?;
         }

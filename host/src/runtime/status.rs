@@ -1,6 +1,6 @@
 //! The status record of a run: a JSON file in the state directory,
 //! rewritten by a heartbeat every few seconds and once more at the end, so
-//! that `fvhost status` (and later a control plane) can tell how a run is
+//! that `fvhost status` (and `fvhost serve`) can tell how a run is
 //! doing without talking to it.
 
 use std::path::{Path, PathBuf};
@@ -83,7 +83,8 @@ pub fn status_path(state_dir: &Path) -> PathBuf {
     state_dir.join("status.json")
 }
 
-fn now_ms() -> u64 {
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -179,7 +180,8 @@ impl Heartbeat {
     }
 }
 
-fn record(
+/// The status record of a run from its live counters.
+pub fn record(
     topology: &str,
     started_at_ms: u64,
     metrics: &[Arc<StageMetrics>],

@@ -1,0 +1,485 @@
+//! [`TopologySet`]: the topologies one `fvhost serve` process hosts — each
+//! with its own directory (`<data>/topologies/<name>/`: the TOML, the
+//! desired state, and `state/` for checkpoints and the status record), its
+//! own tasks and plugin instances, and its own failure: a run that fails
+//! ends as FAILED and touches nothing else.
+//!
+//! Every operation is synchronous (planning compiles plugins, stopping
+//! waits for the final checkpoint); the HTTP layer calls them off its
+//! async threads. This module never speaks HTTP.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::epoch::EpochStore;
+use crate::plugin::PluginEngine;
+use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
+use crate::runtime::{self, RunControl, StageMetrics};
+use crate::topology::{Diagnostics, Topology};
+
+/// Why an operation was refused; the HTTP layer maps each to a status.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The topology does not validate: every diagnostic, with line and key.
+    #[error("the topology is invalid")]
+    Invalid(Vec<String>),
+    /// No topology (or stage) of that name.
+    #[error("no topology or stage named `{0}`")]
+    NotFound(String),
+    /// The operation does not fit the topology's state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The server could not read or write its data directory.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// RUNNING, STOPPED or FAILED, as the API reports it.
+pub type TopologyState = RunState;
+
+/// One hosted topology's run in progress.
+struct ActiveRun {
+    control: Arc<RunControl>,
+    metrics: Vec<Arc<StageMetrics>>,
+    started_at_ms: u64,
+    thread: JoinHandle<(RunState, Option<String>)>,
+}
+
+/// One hosted topology.
+struct Hosted {
+    dir: PathBuf,
+    graph: Vec<GraphNode>,
+    run: Option<ActiveRun>,
+    /// How the last run ended (when no run is active).
+    ended: Option<(RunState, Option<String>)>,
+}
+
+/// One node of a topology's DAG, for the status page.
+#[derive(Debug, Clone, Serialize)]
+pub struct GraphNode {
+    /// Its name.
+    pub name: String,
+    /// `source`, `sink`, or the stage kind (`sql`, `window`, `join`, …).
+    pub kind: String,
+    /// The nodes it reads from.
+    pub inputs: Vec<String>,
+}
+
+/// The DAG of `t`: sources, stages in dependency order, sinks.
+fn graph_of(t: &Topology) -> Vec<GraphNode> {
+    let node = |name: &str, kind: &str, inputs: &[String]| GraphNode {
+        name: name.to_string(),
+        kind: kind.to_string(),
+        inputs: inputs.to_vec(),
+    };
+    t.sources
+        .iter()
+        .map(|s| node(&s.name, "source", &[]))
+        .chain(
+            t.stages
+                .iter()
+                .map(|s| node(&s.name, s.kind.label(), &s.inputs)),
+        )
+        .chain(t.sinks.iter().map(|s| node(&s.name, "sink", &s.inputs)))
+        .collect()
+}
+
+/// What the API shows of one topology.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopologyView {
+    /// Its name.
+    pub name: String,
+    /// RUNNING, STOPPED or FAILED.
+    pub state: TopologyState,
+    /// Its DAG.
+    pub graph: Vec<GraphNode>,
+    /// The run's status record: heartbeat, last committed epoch, rows per
+    /// stage, checkpoint duration and size, CPU by thread family, error.
+    pub status: Option<StatusRecord>,
+}
+
+/// The topologies of one server.
+pub struct TopologySet {
+    data_dir: PathBuf,
+    engine: Arc<PluginEngine>,
+    hosted: Mutex<BTreeMap<String, Hosted>>,
+}
+
+const DESIRED_FILE: &str = "desired";
+const TOPOLOGY_FILE: &str = "topology.toml";
+
+impl TopologySet {
+    /// The set over `data_dir` (created if missing); nothing runs yet.
+    pub fn open(data_dir: &Path, engine: Arc<PluginEngine>) -> Result<Self, ServeError> {
+        let root = data_dir.join("topologies");
+        std::fs::create_dir_all(&root)
+            .map_err(|e| ServeError::Io(format!("creating {}: {e}", root.display())))?;
+        Ok(TopologySet {
+            data_dir: data_dir.to_path_buf(),
+            engine,
+            hosted: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Hosted>> {
+        // A panic while holding the lock leaves the map usable.
+        self.hosted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dir_of(&self, name: &str) -> PathBuf {
+        self.data_dir.join("topologies").join(name)
+    }
+
+    /// Load every topology of the data directory; start again those that
+    /// were RUNNING when the server went down (each resumes from its
+    /// newest manifest). Returns the names started.
+    pub fn resume_all(&self) -> Vec<String> {
+        let mut started = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.data_dir.join("topologies")) else {
+            return started;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Some(name) = dir.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            if !dir.join(TOPOLOGY_FILE).is_file() {
+                continue;
+            }
+            let desired = std::fs::read_to_string(dir.join(DESIRED_FILE)).unwrap_or_default();
+            let ended = status::read(&dir.join("state"))
+                .ok()
+                .map(|r| (r.state, r.error));
+            let graph = Topology::load(&dir.join(TOPOLOGY_FILE))
+                .map(|t| graph_of(&t))
+                .unwrap_or_default();
+            self.lock().insert(
+                name.clone(),
+                Hosted {
+                    dir,
+                    graph,
+                    run: None,
+                    ended: ended.or(Some((RunState::Stopped, None))),
+                },
+            );
+            if desired.trim() == "running" {
+                match self.start(&name) {
+                    Ok(_) => started.push(name),
+                    Err(e) => tracing::error!(topology = %name, "cannot resume: {e}"),
+                }
+            }
+        }
+        started
+    }
+
+    /// Validate `text` exactly like `fvhost validate`, store it and start
+    /// it. Nothing is left behind when it does not validate.
+    pub fn submit(&self, text: &str) -> Result<TopologyView, ServeError> {
+        // Parse first under a neutral path to learn the name.
+        let probe = Topology::parse(Path::new(TOPOLOGY_FILE), text).map_err(invalid)?;
+        let name = probe.name.clone();
+        let dir = self.dir_of(&name);
+        if self.lock().contains_key(&name) || dir.join(TOPOLOGY_FILE).exists() {
+            return Err(ServeError::Conflict(format!(
+                "a topology named `{name}` exists already; stop and delete it first, or give this one another `name`"
+            )));
+        }
+        // Relative paths in the topology resolve against its directory
+        // (parsing creates `allow_write` directories); a refusal removes
+        // what it made, so nothing is left behind.
+        let existed = dir.exists();
+        let graph = graph_of(&probe);
+        let planned = Topology::parse(&dir.join(TOPOLOGY_FILE), text)
+            .and_then(|t| runtime::plan(t, &self.engine))
+            .map_err(invalid);
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(e) => {
+                if !existed {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                return Err(e);
+            }
+        };
+        let io = |e: std::io::Error| ServeError::Io(format!("writing {}: {e}", dir.display()));
+        std::fs::create_dir_all(dir.join("state")).map_err(io)?;
+        std::fs::write(dir.join(TOPOLOGY_FILE), text).map_err(io)?;
+        let mut hosted = self.lock();
+        hosted.insert(
+            name.clone(),
+            Hosted {
+                dir: dir.clone(),
+                graph,
+                run: None,
+                ended: None,
+            },
+        );
+        let entry = hosted
+            .get_mut(&name)
+            .ok_or_else(|| ServeError::NotFound(name.clone()))?;
+        launch(&name, entry, plan)?;
+        drop(hosted);
+        self.view(&name)
+    }
+
+    /// Start a stopped or failed topology; it resumes from its newest
+    /// manifest.
+    pub fn start(&self, name: &str) -> Result<TopologyView, ServeError> {
+        let dir = {
+            let mut hosted = self.lock();
+            let entry = entry_of(&mut hosted, name)?;
+            reap(entry);
+            if entry.run.is_some() {
+                return Err(ServeError::Conflict(format!("`{name}` is running already")));
+            }
+            entry.dir.clone()
+        };
+        let path = dir.join(TOPOLOGY_FILE);
+        let topology = Topology::load(&path).map_err(invalid)?;
+        let plan = runtime::plan(topology, &self.engine).map_err(invalid)?;
+        let mut hosted = self.lock();
+        let entry = entry_of(&mut hosted, name)?;
+        if entry.run.is_some() {
+            return Err(ServeError::Conflict(format!("`{name}` is running already")));
+        }
+        launch(name, entry, plan)?;
+        drop(hosted);
+        self.view(name)
+    }
+
+    /// Stop a running topology: its sources stop, the final epoch is
+    /// checkpointed and committed, then it is STOPPED.
+    pub fn stop(&self, name: &str) -> Result<TopologyView, ServeError> {
+        let run = {
+            let mut hosted = self.lock();
+            let entry = entry_of(&mut hosted, name)?;
+            let _ = std::fs::write(entry.dir.join(DESIRED_FILE), "stopped");
+            entry.run.take()
+        };
+        if let Some(run) = run {
+            run.control.request_stop();
+            let ended = join(run.thread);
+            if let Some(entry) = self.lock().get_mut(name) {
+                entry.ended = Some(ended);
+            }
+        }
+        self.view(name)
+    }
+
+    /// Forget a stopped topology; with `purge`, delete its directory
+    /// (checkpoints included), else keep `state/` for a later submission of
+    /// the same name to resume from.
+    pub fn delete(&self, name: &str, purge: bool) -> Result<(), ServeError> {
+        let mut hosted = self.lock();
+        let entry = entry_of(&mut hosted, name)?;
+        reap(entry);
+        if entry.run.is_some() {
+            return Err(ServeError::Conflict(format!(
+                "`{name}` is running; stop it first (POST /topologies/{name}/stop)"
+            )));
+        }
+        let dir = entry.dir.clone();
+        hosted.remove(name);
+        drop(hosted);
+        let result = if purge {
+            std::fs::remove_dir_all(&dir)
+        } else {
+            std::fs::remove_file(dir.join(TOPOLOGY_FILE))
+                .and_then(|_| std::fs::remove_file(dir.join(DESIRED_FILE)).or(Ok(())))
+        };
+        result.map_err(|e| ServeError::Io(format!("deleting {}: {e}", dir.display())))
+    }
+
+    /// One topology as the API shows it.
+    pub fn view(&self, name: &str) -> Result<TopologyView, ServeError> {
+        let mut hosted = self.lock();
+        let entry = entry_of(&mut hosted, name)?;
+        reap(entry);
+        Ok(view_of(name, entry))
+    }
+
+    /// Every topology, by name.
+    pub fn list(&self) -> Vec<TopologyView> {
+        let mut hosted = self.lock();
+        hosted
+            .iter_mut()
+            .map(|(name, entry)| {
+                reap(entry);
+                view_of(name, entry)
+            })
+            .collect()
+    }
+
+    /// Watch the rows leaving source or stage `stage` of running topology
+    /// `name`, through a buffer of `capacity` rows.
+    pub fn subscribe(
+        &self,
+        name: &str,
+        stage: &str,
+        capacity: usize,
+    ) -> Result<Arc<crate::runtime::tap::Subscription>, ServeError> {
+        let mut hosted = self.lock();
+        let entry = entry_of(&mut hosted, name)?;
+        reap(entry);
+        let run = entry.run.as_ref().ok_or_else(|| {
+            ServeError::Conflict(format!(
+                "`{name}` is not running; start it to watch its rows"
+            ))
+        })?;
+        let tappable: Vec<&Arc<StageMetrics>> =
+            run.metrics.iter().filter(|m| m.kind != "sink").collect();
+        match tappable.iter().find(|m| m.name == stage) {
+            Some(m) => Ok(m.tap.subscribe(capacity)),
+            None => Err(ServeError::NotFound(format!(
+                "{name}/{stage} (sources and stages: {})",
+                tappable
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// The live counters of every running topology (for `/metrics`).
+    pub fn live_metrics(&self) -> Vec<(String, TopologyState, Option<StatusRecord>)> {
+        self.list()
+            .into_iter()
+            .map(|v| (v.name, v.state, v.status))
+            .collect()
+    }
+
+    /// Stop every running topology (server shutdown): each checkpoints its
+    /// final epoch and stays RUNNING in its desired state, so the next
+    /// server resumes it.
+    pub fn shutdown(&self) {
+        let runs: Vec<ActiveRun> = self
+            .lock()
+            .values_mut()
+            .filter_map(|e| e.run.take())
+            .collect();
+        for run in &runs {
+            run.control.request_stop();
+        }
+        for run in runs {
+            let _ = join(run.thread);
+        }
+    }
+}
+
+fn entry_of<'a>(
+    hosted: &'a mut BTreeMap<String, Hosted>,
+    name: &str,
+) -> Result<&'a mut Hosted, ServeError> {
+    hosted
+        .get_mut(name)
+        .ok_or_else(|| ServeError::NotFound(name.to_string()))
+}
+
+fn invalid(d: Diagnostics) -> ServeError {
+    ServeError::Invalid(d.0.iter().map(|d| d.to_string()).collect())
+}
+
+/// Start `plan` on its own threads; the desired state becomes RUNNING.
+fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), ServeError> {
+    let state_dir = entry.dir.join("state");
+    std::fs::create_dir_all(&state_dir)
+        .map_err(|e| ServeError::Io(format!("creating {}: {e}", state_dir.display())))?;
+    let store = EpochStore::open(&state_dir.display().to_string())
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    std::fs::write(entry.dir.join(DESIRED_FILE), "running")
+        .map_err(|e| ServeError::Io(format!("writing {}: {e}", entry.dir.display())))?;
+    let control = Arc::new(RunControl::default());
+    let metrics = StageMetrics::for_plan(&plan);
+    let (c, m, topology) = (Arc::clone(&control), metrics.clone(), name.to_string());
+    let thread = std::thread::Builder::new()
+        .name(format!("fv-topology-{name}"))
+        .spawn(move || {
+            let heartbeat = Heartbeat::start(
+                &state_dir,
+                &topology,
+                &m,
+                Arc::clone(&c),
+                Duration::from_secs(1),
+            );
+            tracing::info!(topology = %topology, "running");
+            let (state, error) = match runtime::run(plan, c, &m, store) {
+                Ok(_) => (RunState::Stopped, None),
+                Err(e) => {
+                    tracing::error!(topology = %topology, "the run failed: {e}");
+                    (RunState::Failed, Some(e.to_string()))
+                }
+            };
+            heartbeat.finish(state, error.clone());
+            (state, error)
+        })
+        .map_err(|e| ServeError::Io(format!("starting `{name}`: {e}")))?;
+    entry.run = Some(ActiveRun {
+        control,
+        metrics,
+        started_at_ms: status::now_ms(),
+        thread,
+    });
+    entry.ended = None;
+    Ok(())
+}
+
+/// Collect a run that has ended on its own (drained, or failed).
+fn reap(entry: &mut Hosted) {
+    if entry.run.as_ref().is_some_and(|r| r.thread.is_finished())
+        && let Some(run) = entry.run.take()
+    {
+        entry.ended = Some(join(run.thread));
+        // A run that ends on its own is not resumed by the next server.
+        let _ = std::fs::write(entry.dir.join(DESIRED_FILE), "stopped");
+    }
+}
+
+fn join(thread: JoinHandle<(RunState, Option<String>)>) -> (RunState, Option<String>) {
+    thread.join().unwrap_or_else(|_| {
+        (
+            RunState::Failed,
+            Some("the run panicked (a bug in fvhost; please report it)".into()),
+        )
+    })
+}
+
+fn view_of(name: &str, entry: &Hosted) -> TopologyView {
+    match &entry.run {
+        Some(run) => TopologyView {
+            name: name.to_string(),
+            state: RunState::Running,
+            graph: entry.graph.clone(),
+            status: Some(status::record(
+                name,
+                run.started_at_ms,
+                &run.metrics,
+                &run.control,
+                RunState::Running,
+                None,
+            )),
+        },
+        None => {
+            let record = status::read(&entry.dir.join("state")).ok();
+            let (state, error) = entry.ended.clone().unwrap_or((RunState::Stopped, None));
+            let status = record.map(|mut r| {
+                r.state = state;
+                if r.error.is_none() {
+                    r.error = error;
+                }
+                r
+            });
+            TopologyView {
+                name: name.to_string(),
+                state,
+                graph: entry.graph.clone(),
+                status,
+            }
+        }
+    }
+}

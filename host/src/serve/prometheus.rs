@@ -1,0 +1,136 @@
+//! `/metrics`: the counters of every hosted topology in the Prometheus text
+//! exposition format (version 0.0.4). Reads status records; writes text.
+
+use std::fmt::Write;
+
+use crate::runtime::status::{RunState, StatusRecord};
+
+/// One metric family: name, type, help, and how to read it per stage.
+struct StageFamily {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&crate::runtime::status::StageStatus) -> u64,
+}
+
+const STAGE_FAMILIES: &[StageFamily] = &[
+    StageFamily {
+        name: "fvhost_stage_rows_in_total",
+        kind: "counter",
+        help: "Rows received by a source, stage or sink.",
+        value: |s| s.rows_in,
+    },
+    StageFamily {
+        name: "fvhost_stage_rows_out_total",
+        kind: "counter",
+        help: "Rows sent on by a source or stage, written by a sink.",
+        value: |s| s.rows_out,
+    },
+    StageFamily {
+        name: "fvhost_stage_dead_lettered_rows_total",
+        kind: "counter",
+        help: "Poison rows sent to the dead-letter sink (or counted without one).",
+        value: |s| s.dead_lettered,
+    },
+    StageFamily {
+        name: "fvhost_stage_late_rows_total",
+        kind: "counter",
+        help: "Rows dropped (or sent to late_rows) because their windows had fired.",
+        value: |s| s.late_rows,
+    },
+    StageFamily {
+        name: "fvhost_stage_state_groups",
+        kind: "gauge",
+        help: "Groups (or rows) a stateful stage holds now.",
+        value: |s| s.state_groups,
+    },
+];
+
+/// A per-topology gauge: name, help, and how to read it from a record.
+type TopologyGauge = (&'static str, &'static str, fn(&StatusRecord) -> Option<f64>);
+
+/// Escape a label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition text for `topologies` (name, state, status record).
+pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP fvhost_topology_up 1 while the topology runs.");
+    let _ = writeln!(out, "# TYPE fvhost_topology_up gauge");
+    for (name, state, _) in topologies {
+        let _ = writeln!(
+            out,
+            "fvhost_topology_up{{topology=\"{}\"}} {}",
+            label(name),
+            u8::from(*state == RunState::Running)
+        );
+    }
+    let topology_gauges: [TopologyGauge; 3] = [
+        (
+            "fvhost_last_committed_epoch",
+            "The last epoch whose manifest is durable.",
+            |r| r.last_committed_epoch.map(|e| e as f64),
+        ),
+        (
+            "fvhost_checkpoint_duration_seconds",
+            "How long the last checkpoint took, barrier injection to durable manifest.",
+            |r| r.last_checkpoint_micros.map(|m| m as f64 / 1e6),
+        ),
+        (
+            "fvhost_checkpoint_size_bytes",
+            "Size of the last checkpoint: manifest and state objects.",
+            |r| r.last_checkpoint_bytes.map(|b| b as f64),
+        ),
+    ];
+    for (metric, help, value) in topology_gauges {
+        let _ = writeln!(out, "# HELP {metric} {help}");
+        let _ = writeln!(out, "# TYPE {metric} gauge");
+        for (name, _, record) in topologies {
+            if let Some(v) = record.as_ref().and_then(value) {
+                let _ = writeln!(out, "{metric}{{topology=\"{}\"}} {v}", label(name));
+            }
+        }
+    }
+    for family in STAGE_FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
+        let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
+        for (name, _, record) in topologies {
+            for stage in record.iter().flat_map(|r| &r.stages) {
+                let _ = writeln!(
+                    out,
+                    "{}{{topology=\"{}\",stage=\"{}\",kind=\"{}\"}} {}",
+                    family.name,
+                    label(name),
+                    label(&stage.name),
+                    label(&stage.kind),
+                    (family.value)(stage)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP fvhost_cpu_milliseconds_total CPU time of the server process by thread family."
+    );
+    let _ = writeln!(out, "# TYPE fvhost_cpu_milliseconds_total counter");
+    // CPU is per process: every record carries the same sample.
+    if let Some(cpu) = topologies.iter().find_map(|(_, _, r)| r.as_ref()?.cpu)
+        && let Ok(serde_json::Value::Object(families)) = serde_json::to_value(cpu)
+    {
+        for (family, ms) in families {
+            if let Some(ms) = ms.as_u64() {
+                let family = family.trim_end_matches("_ms");
+                let _ = writeln!(
+                    out,
+                    "fvhost_cpu_milliseconds_total{{family=\"{}\"}} {ms}",
+                    label(family)
+                );
+            }
+        }
+    }
+    out
+}

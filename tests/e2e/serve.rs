@@ -1,0 +1,564 @@
+//! `fvhost serve`: the control plane over real HTTP on 127.0.0.1 — submit,
+//! watch, stop, start, delete; bad submissions refused with nothing left
+//! behind; one failing topology beside a running one; a server killed and
+//! restarted resumes its topologies with no row lost or repeated.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use crate::support::{Scratch, assert_exit, int_column};
+
+const TOKEN: &str = "s3cret-token";
+
+/// A running `fvhost serve` and its address.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(s: &Scratch, token: Option<&str>) -> Server {
+        let env: Vec<(&str, &str)> = token.map(|t| ("FVHOST_TOKEN", t)).into_iter().collect();
+        let mut child = s.spawn_fvhost_env(
+            &["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"],
+            &env,
+        );
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("listening on http://").nth(1) {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server printed its address");
+        let server = Server { child, addr };
+        server.wait_until(|| server.get("/readyz").0 == 200, "ready");
+        server
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        content_type: &str,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{auth}\r\n",
+            self.addr,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).expect("write head");
+        // A refused oversized body may close the connection early.
+        let _ = stream.write_all(body);
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {text:?}"));
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_string()
+        };
+        (status, body)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path, b"", "text/plain", None)
+    }
+
+    fn post(&self, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
+        self.request("POST", path, body.as_bytes(), "application/toml", token)
+    }
+
+    fn json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.get(path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    fn state(&self, name: &str) -> String {
+        self.json(&format!("/topologies/{name}"))["state"]
+            .as_str()
+            .expect("state")
+            .to_string()
+    }
+
+    fn wait_until(&self, mut done: impl FnMut() -> bool, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A sequence of `events` rows at `rate` per second into JSON-lines files.
+fn sequence(name: &str, events: u32, rate: u32) -> String {
+    format!(
+        r#"name = "{name}"
+[checkpoint]
+interval = "200ms"
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = {events}, rate = {rate} }}
+[sinks.out]
+input = "nums"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out", format = "jsonl" }}
+"#
+    )
+}
+
+/// A slow sequence through a SQL stage `evens` into files.
+fn evens(name: &str) -> String {
+    sequence(name, 1_000_000, 2_000)
+        .replace(
+            "[sinks.out]",
+            "[stages.evens]\ninput = \"nums\"\nsql = \"SELECT seq FROM nums WHERE seq % 2 = 0\"\n[sinks.out]",
+        )
+        .replace(
+            "input = \"nums\"\nplugin = \"file-sink\"",
+            "input = \"evens\"\nplugin = \"file-sink\"",
+        )
+}
+
+fn output_of(s: &Scratch, name: &str) -> Vec<String> {
+    s.output_lines(&format!("data/topologies/{name}/out"))
+}
+
+#[test]
+fn submit_watch_stop_start_and_delete_over_http() {
+    let s = Scratch::new();
+    let server = Server::start(&s, Some(TOKEN));
+    let topology = sequence("counter", 12_000, 4_000);
+    let (status, body) = server.post("/topologies", &topology, None);
+    assert_eq!(status, 401, "no token: {body}");
+    let (status, body) = server.post("/topologies", &topology, Some("wrong"));
+    assert_eq!(status, 401, "wrong token: {body}");
+    let (status, body) = server.post("/topologies", &topology, Some(TOKEN));
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(created["state"], "RUNNING", "{body}");
+    server.wait_until(
+        || {
+            let v = server.json("/topologies/counter");
+            v["status"]["stages"][0]["rows_out"].as_u64().unwrap_or(0) > 0
+        },
+        "rows flowing",
+    );
+    let listed = server.json("/topologies");
+    assert_eq!(listed[0]["name"], "counter", "{listed}");
+
+    let (status, body) = server.post("/topologies/counter/stop", "", Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let stopped: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(stopped["state"], "STOPPED", "{body}");
+    assert!(
+        stopped["status"]["last_committed_epoch"].as_u64().is_some(),
+        "a final epoch: {body}"
+    );
+    let partial = output_of(&s, "counter").len();
+    assert!(partial < 12_000, "stopped before the end ({partial} rows)");
+
+    let (status, body) = server.post("/topologies/counter/start", "", Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    server.wait_until(|| server.state("counter") == "STOPPED", "the run drains");
+    // Resumed from the stop's checkpoint: every row exactly once.
+    assert_eq!(
+        int_column(&output_of(&s, "counter"), "seq"),
+        (0..12_000).collect::<Vec<i64>>()
+    );
+    let (_, metrics) = server.get("/metrics");
+    assert!(
+        metrics.contains(
+            "fvhost_stage_rows_out_total{topology=\"counter\",stage=\"out\",kind=\"sink\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("fvhost_topology_up{topology=\"counter\"} 0"),
+        "{metrics}"
+    );
+
+    let (status, _) = server.request(
+        "DELETE",
+        "/topologies/counter?purge=true",
+        b"",
+        "text/plain",
+        None,
+    );
+    assert_eq!(status, 401);
+    let (status, body) = server.request(
+        "DELETE",
+        "/topologies/counter?purge=true",
+        b"",
+        "text/plain",
+        Some(TOKEN),
+    );
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(server.get("/topologies/counter").0, 404);
+    assert!(!s.path().join("data/topologies/counter").exists());
+}
+
+#[test]
+fn bad_submissions_get_their_status_and_reason_and_leave_nothing_behind() {
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let (status, body) = server.post(
+        "/topologies",
+        "name = \"x\"\n[sources.a\nplugin = 1\n",
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("topology.toml:2"), "names the line: {body}");
+    let unknown = sequence("unknown", 10, 0).replace("\"file-sink\"", "\"no-such-sink\"");
+    let (status, body) = server.post("/topologies", &unknown, None);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("`sinks.out.plugin`: unknown plugin `no-such-sink`"),
+        "{body}"
+    );
+    let huge = format!("# {}\n{}", "x".repeat(2 << 20), sequence("huge", 10, 0));
+    let (status, body) = server.post("/topologies", &huge, None);
+    assert_eq!(status, 413, "{body}");
+    let (status, body) = server.request(
+        "POST",
+        "/topologies",
+        b"{\"tom\": 1}",
+        "application/json",
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("{\\\"toml\\\""), "{body}");
+    // JSON with the TOML works.
+    let json = serde_json::json!({ "toml": sequence("from_json", 10, 0) }).to_string();
+    let (status, body) = server.request(
+        "POST",
+        "/topologies",
+        json.as_bytes(),
+        "application/json",
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = server.post("/topologies", &sequence("from_json", 10, 0), None);
+    assert_eq!(status, 409, "a second one of the same name: {body}");
+    let names: Vec<String> = std::fs::read_dir(s.path().join("data/topologies"))
+        .expect("topologies dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["from_json".to_string()],
+        "nothing else left behind"
+    );
+    assert_eq!(server.get("/healthz").0, 200);
+    let openapi = server.json("/openapi.json");
+    for path in [
+        "/topologies",
+        "/topologies/{name}",
+        "/topologies/{name}/stop",
+        "/topologies/{name}/start",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+    ] {
+        assert!(openapi["paths"][path].is_object(), "{path} documented");
+    }
+}
+
+#[test]
+fn a_failing_topology_fails_alone() {
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let (status, body) = server.post("/topologies", &sequence("steady", 1_000_000, 2_000), None);
+    assert_eq!(status, 201, "{body}");
+    // Rows the CSV source cannot parse fail its run (bad_rows = "fail").
+    let broken = r#"name = "broken"
+[sources.orders]
+plugin = "file-source"
+allow_read = ["data"]
+config = { path = "data/orders.csv", columns = ["id:int64", "amount:float64"] }
+[sinks.out]
+input = "orders"
+plugin = "blackhole-sink"
+"#;
+    s.write(
+        "data/topologies/broken/data/orders.csv",
+        "id,amount\n1,2.5\n2,not-a-number\n",
+    );
+    let (status, body) = server.post("/topologies", broken, None);
+    assert_eq!(status, 201, "{body}");
+    server.wait_until(
+        || server.state("broken") == "FAILED",
+        "the broken run fails",
+    );
+    let failed = server.json("/topologies/broken");
+    let error = failed["status"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("orders.csv"),
+        "the error names the file: {failed}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.state("steady"), "RUNNING", "the other one runs on");
+    let (status, _) = server.post("/topologies/steady/stop", "", None);
+    assert_eq!(status, 200);
+}
+
+#[cfg(unix)]
+#[test]
+fn topologies_resume_when_a_killed_server_starts_again() {
+    let s = Scratch::new();
+    let first = Server::start(&s, None);
+    let (status, body) = first.post("/topologies", &sequence("durable", 16_000, 4_000), None);
+    assert_eq!(status, 201, "{body}");
+    first.wait_until(
+        || {
+            first.json("/topologies/durable")["status"]["last_committed_epoch"]
+                .as_u64()
+                .is_some_and(|e| e >= 2)
+        },
+        "a few epochs committed",
+    );
+    drop(first); // SIGKILL: no final checkpoint.
+    let second = Server::start(&s, None);
+    assert_eq!(second.state("durable"), "RUNNING", "resumed at start");
+    second.wait_until(|| second.state("durable") == "STOPPED", "the run drains");
+    assert_eq!(
+        int_column(&output_of(&s, "durable"), "seq"),
+        (0..16_000).collect::<Vec<i64>>()
+    );
+}
+
+#[test]
+fn serving_beyond_loopback_needs_a_token() {
+    let s = Scratch::new();
+    let run = s.fvhost(&["serve", "--bind", "0.0.0.0:0", "--data-dir", "data"]);
+    assert_exit(&run, 2);
+    assert!(run.stderr.contains("without a token"), "{}", run.stderr);
+}
+
+/// Open `GET path` as an event stream and collect `data:` JSON rows until
+/// `want` arrived.
+fn tail(addr: &str, path: &str, want: usize) -> Vec<serde_json::Value> {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .expect("request");
+    let mut rows = Vec::new();
+    let mut lines = BufReader::new(stream).lines();
+    let status = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(status.contains(" 200 "), "{status}");
+    for line in lines.map_while(Result::ok) {
+        if let Some(data) = line.strip_prefix("data: ")
+            && let Ok(row) = serde_json::from_str(data)
+        {
+            rows.push(row);
+            if rows.len() >= want {
+                break;
+            }
+        }
+    }
+    rows
+}
+
+#[test]
+fn several_watchers_tail_the_rows_leaving_a_stage_live() {
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let topology = evens("tailed");
+    let (status, body) = server.post("/topologies", &topology, None);
+    assert_eq!(status, 201, "{body}");
+    let addr = server.addr.clone();
+    let path = "/topologies/tailed/stages/evens/tail";
+    let other = {
+        let addr = addr.clone();
+        std::thread::spawn(move || tail(&addr, path, 40))
+    };
+    let rows = tail(&addr, path, 40);
+    let other = other.join().expect("second watcher");
+    for watched in [&rows, &other] {
+        assert_eq!(watched.len(), 40);
+        let seqs: Vec<i64> = watched
+            .iter()
+            .map(|r| r["seq"].as_i64().expect("seq"))
+            .collect();
+        assert!(
+            seqs.iter().all(|s| s % 2 == 0),
+            "only the stage's rows: {seqs:?}"
+        );
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+    }
+    assert_eq!(server.get("/topologies/tailed/stages/nope/tail").0, 404);
+    let (status, _) = server.post("/topologies/tailed/stop", "", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        server.get(path).0,
+        409,
+        "a stopped topology has nothing to tail"
+    );
+}
+
+#[test]
+fn the_command_line_drives_a_server() {
+    let s = Scratch::new();
+    let server = Server::start(&s, Some(TOKEN));
+    let url = format!("http://{}", server.addr);
+    let env = [("FVHOST_SERVER", url.as_str()), ("FVHOST_TOKEN", TOKEN)];
+    s.write("t.toml", &sequence("cli", 1_000_000, 2_000));
+    let submitted = s.fvhost_env(&["submit", "t.toml"], &env);
+    assert_exit(&submitted, 0);
+    assert!(
+        submitted.stdout.contains("\"RUNNING\""),
+        "{}",
+        submitted.stdout
+    );
+    let listed = s.fvhost_env(&["ls"], &env);
+    assert_exit(&listed, 0);
+    assert!(
+        listed
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("cli") && l.contains("RUNNING")),
+        "{}",
+        listed.stdout
+    );
+    let tailed = s.fvhost_env(&["tail", "cli", "nums", "--limit", "5"], &env);
+    assert_exit(&tailed, 0);
+    let rows: Vec<&str> = tailed.stdout.lines().collect();
+    assert_eq!(rows.len(), 5, "{}", tailed.stdout);
+    assert!(rows.iter().all(|r| r.starts_with("{\"seq\":")), "{rows:?}");
+    let refused = s.fvhost_env(&["stop", "cli"], &[("FVHOST_SERVER", url.as_str())]);
+    assert_exit(&refused, 2);
+    assert!(refused.stderr.contains("HTTP 401"), "{}", refused.stderr);
+    assert_exit(&s.fvhost_env(&["stop", "cli"], &env), 0);
+    let status = s.fvhost_env(&["status", "cli", "--server", &url], &env);
+    assert_exit(&status, 0);
+    assert!(status.stdout.contains("\"STOPPED\""), "{}", status.stdout);
+    assert_exit(&s.fvhost_env(&["delete", "cli", "--purge"], &env), 0);
+    let gone = s.fvhost_env(&["status", "cli", "--server", &url], &env);
+    assert_exit(&gone, 2);
+    let bad = s.write("bad.toml", "[sources.x]\nplugin = \"nope\"\n");
+    let invalid = s.fvhost_env(&["submit", bad.to_str().expect("utf-8")], &env);
+    assert_exit(&invalid, 2);
+    assert!(
+        invalid.stderr.contains("unknown plugin `nope`"),
+        "{}",
+        invalid.stderr
+    );
+}
+
+/// Debian's Chromium (`.ci/run` installs it).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+#[test]
+fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let topology = evens("paged");
+    let (status, body) = server.post("/topologies", &topology, None);
+    assert_eq!(status, 201, "{body}");
+    let profile = tempfile::tempdir().expect("profile");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let url = format!("http://{}/", server.addr);
+    let browser = |extra: &str| {
+        std::process::Command::new(CHROMIUM)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--virtual-time-budget=4000",
+                "--window-size=1200,900",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(extra)
+            .arg(&url)
+            .output()
+            .unwrap_or_else(|e| panic!("{CHROMIUM}: {e} (install Debian's chromium)"))
+    };
+    let dom = browser("--dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    for expected in [
+        "data-topology=\"paged\"",
+        "data-node=\"nums\"",
+        "data-node=\"evens\"",
+        "data-node=\"out\"",
+        ">RUNNING<",
+        "← nums",
+        "← evens",
+        "rows/s",
+        "1 topologies, 1 running",
+    ] {
+        assert!(
+            dom.contains(expected),
+            "the page shows {expected:?}:\n{dom}"
+        );
+    }
+    let _ = browser(&format!("--screenshot={}", shot.display()));
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "a PNG screenshot at {}",
+        shot.display()
+    );
+    let (status, _) = server.post("/topologies/paged/stop", "", None);
+    assert_eq!(status, 200);
+}
