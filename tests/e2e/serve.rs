@@ -227,6 +227,12 @@ fn submit_watch_stop_start_and_delete_over_http() {
         metrics.contains("fvhost_topology_up{topology=\"counter\"} 0"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(
+            "fvhost_stage_batch_seconds_bucket{topology=\"counter\",stage=\"out\",le=\"+Inf\"}"
+        ),
+        "a batch-latency histogram per stage: {metrics}"
+    );
 
     let (status, _) = server.request(
         "DELETE",

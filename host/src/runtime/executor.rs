@@ -665,7 +665,9 @@ fn operator_loop(
             Ok(Message::Batch(batch)) => {
                 StageMetrics::add(&out.metrics.batches_in, 1);
                 StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
+                let started = Instant::now();
                 op.on_batch(sides[i], batch, out)?;
+                out.metrics.batch_latency.observe(started.elapsed());
             }
             Ok(Message::Barrier(epoch)) => {
                 held[i] = true;

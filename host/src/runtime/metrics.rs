@@ -1,7 +1,10 @@
 //! Per-stage counters, updated by tasks and read by the progress display
 //! and the final report. Lock-free: tasks never wait on a reader.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 /// Counters of one source, stage or sink (all its tasks together).
 #[derive(Debug, Default)]
@@ -28,6 +31,66 @@ pub struct StageMetrics {
     pub restarts: AtomicU64,
     /// Live copies of the rows this source or stage sends on, for watchers.
     pub tap: super::tap::Tap,
+    /// The newest event-time watermark a task of this source or stage
+    /// forwarded (µs since the Unix epoch; 0 before the first).
+    pub watermark: AtomicI64,
+    /// How long handling one batch took (stages and sinks).
+    pub batch_latency: LatencyHistogram,
+}
+
+/// Upper bounds of the latency buckets, in microseconds.
+pub const LATENCY_BUCKETS_MICROS: [u64; 10] = [
+    100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 10_000_000,
+];
+
+/// A lock-free histogram of durations (cumulative buckets, Prometheus
+/// style: each counts the observations at or below its bound).
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS_MICROS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+/// A histogram read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencySnapshot {
+    /// Bucket bounds, microseconds.
+    pub le_micros: Vec<u64>,
+    /// Observations at or below each bound.
+    pub cumulative: Vec<u64>,
+    /// All observations.
+    pub count: u64,
+    /// Their sum, microseconds.
+    pub sum_micros: u64,
+}
+
+impl LatencyHistogram {
+    /// Count one duration.
+    pub fn observe(&self, d: Duration) {
+        let micros = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        for (bound, bucket) in LATENCY_BUCKETS_MICROS.iter().zip(&self.buckets) {
+            if micros <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Read it.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        LatencySnapshot {
+            le_micros: LATENCY_BUCKETS_MICROS.to_vec(),
+            cumulative: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+            count: self.count.load(Ordering::Relaxed),
+            sum_micros: self.sum_micros.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl StageMetrics {

@@ -251,6 +251,13 @@ impl Emitter {
 
     /// Forward the task's watermark to every downstream task.
     pub fn watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        if let Watermark::At(w) = watermark
+            && w != i64::MAX
+        {
+            self.metrics
+                .watermark
+                .fetch_max(w, std::sync::atomic::Ordering::Relaxed);
+        }
         let message = Message::Watermark(watermark);
         for d in &self.downstream {
             for s in &d.senders {

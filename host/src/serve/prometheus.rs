@@ -112,6 +112,64 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
             }
         }
     }
+    let now_ms = crate::runtime::status::now_ms() as i64;
+    let _ = writeln!(
+        out,
+        "# HELP fvhost_stage_watermark_lag_seconds Processing time minus the newest watermark the source or stage forwarded."
+    );
+    let _ = writeln!(out, "# TYPE fvhost_stage_watermark_lag_seconds gauge");
+    for (name, _, record) in topologies {
+        for stage in record.iter().flat_map(|r| &r.stages) {
+            if let Some(w) = stage.watermark_ms {
+                let _ = writeln!(
+                    out,
+                    "fvhost_stage_watermark_lag_seconds{{topology=\"{}\",stage=\"{}\"}} {}",
+                    label(name),
+                    label(&stage.name),
+                    (now_ms - w) as f64 / 1000.0
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP fvhost_stage_batch_seconds How long a stage or sink took to handle one batch."
+    );
+    let _ = writeln!(out, "# TYPE fvhost_stage_batch_seconds histogram");
+    for (name, _, record) in topologies {
+        for stage in record.iter().flat_map(|r| &r.stages) {
+            let Some(h) = &stage.batch_latency else {
+                continue;
+            };
+            let labels = format!(
+                "topology=\"{}\",stage=\"{}\"",
+                label(name),
+                label(&stage.name)
+            );
+            for (le, n) in h.le_micros.iter().zip(&h.cumulative) {
+                let _ = writeln!(
+                    out,
+                    "fvhost_stage_batch_seconds_bucket{{{labels},le=\"{}\"}} {n}",
+                    *le as f64 / 1e6
+                );
+            }
+            let _ = writeln!(
+                out,
+                "fvhost_stage_batch_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "fvhost_stage_batch_seconds_sum{{{labels}}} {}",
+                h.sum_micros as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "fvhost_stage_batch_seconds_count{{{labels}}} {}",
+                h.count
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP fvhost_cpu_milliseconds_total CPU time of the server process by thread family."
