@@ -233,6 +233,13 @@ fn submit_watch_stop_start_and_delete_over_http() {
         ),
         "a batch-latency histogram per stage: {metrics}"
     );
+    for per_plugin in [
+        "fvhost_plugin_calls_total{plugin=\"generator\"}",
+        "fvhost_plugin_cpu_seconds_total{plugin=\"file-sink\"}",
+        "fvhost_plugin_failures_total{plugin=\"generator\"} 0",
+    ] {
+        assert!(metrics.contains(per_plugin), "{per_plugin} in {metrics}");
+    }
 
     let (status, _) = server.request(
         "DELETE",

@@ -130,7 +130,9 @@ impl Sandbox {
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
         self.arm();
-        match crate::runtime::cpu::in_plugin(|| f(&mut self.store)) {
+        let (result, cpu) = crate::runtime::cpu::in_plugin(|| f(&mut self.store));
+        super::usage::record_call(&self.plugin.metadata.name, cpu);
+        match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(message)) => Err(self.reported(message)),
             Err(e) => Err(self.classify(e)),
@@ -143,7 +145,9 @@ impl Sandbox {
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         self.arm();
-        crate::runtime::cpu::in_plugin(|| f(&mut self.store)).map_err(|e| self.classify(e))
+        let (result, cpu) = crate::runtime::cpu::in_plugin(|| f(&mut self.store));
+        super::usage::record_call(&self.plugin.metadata.name, cpu);
+        result.map_err(|e| self.classify(e))
     }
 
     /// Arm the CPU guard for the next call.
@@ -162,6 +166,7 @@ impl Sandbox {
 
     /// Name what went wrong in a failed call.
     fn classify(&self, err: wasmtime::Error) -> PluginError {
+        super::usage::record_failure(&self.plugin.metadata.name);
         if let Some(desired) = self.store.data().memory.exceeded {
             return self.error(
                 FailureKind::MemoryLimit,

@@ -16,6 +16,7 @@ mod error;
 mod instance;
 mod metadata;
 mod sandbox;
+pub mod usage;
 
 pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
 pub use engine::PluginEngine;

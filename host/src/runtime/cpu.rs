@@ -34,13 +34,14 @@ pub fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Run `f` (a call into a plugin), counting its CPU as plugin execution.
-pub fn in_plugin<R>(f: impl FnOnce() -> R) -> R {
+/// Run `f` (a call into a plugin), counting its CPU as plugin execution;
+/// returns the result and the CPU time it took.
+pub fn in_plugin<R>(f: impl FnOnce() -> R) -> (R, Duration) {
     let start = thread_cpu();
     let r = f();
     let spent = thread_cpu().saturating_sub(start);
     PLUGIN_NANOS.fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
-    r
+    (r, spent)
 }
 
 /// A task thread is about to end: keep its CPU time.

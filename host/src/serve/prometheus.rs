@@ -49,6 +49,13 @@ const STAGE_FAMILIES: &[StageFamily] = &[
 /// A per-topology gauge: name, help, and how to read it from a record.
 type TopologyGauge = (&'static str, &'static str, fn(&StatusRecord) -> Option<f64>);
 
+/// A per-plugin counter: name, help, and how to read it.
+type PluginFamily = (
+    &'static str,
+    &'static str,
+    fn(&crate::plugin::usage::PluginUsage) -> String,
+);
+
 /// Escape a label value.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -168,6 +175,31 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
                 "fvhost_stage_batch_seconds_count{{{labels}}} {}",
                 h.count
             );
+        }
+    }
+    let usage = crate::plugin::usage::snapshot();
+    let plugin_families: [PluginFamily; 3] = [
+        (
+            "fvhost_plugin_calls_total",
+            "Guarded calls into a plugin (per batch, not per row).",
+            |u| u.calls.to_string(),
+        ),
+        (
+            "fvhost_plugin_cpu_seconds_total",
+            "CPU time spent inside a plugin's calls.",
+            |u| (u.cpu_micros as f64 / 1e6).to_string(),
+        ),
+        (
+            "fvhost_plugin_failures_total",
+            "Plugin calls that trapped, timed out or hit the memory limit.",
+            |u| u.failures.to_string(),
+        ),
+    ];
+    for (metric, help, value) in plugin_families {
+        let _ = writeln!(out, "# HELP {metric} {help}");
+        let _ = writeln!(out, "# TYPE {metric} counter");
+        for (plugin, u) in &usage {
+            let _ = writeln!(out, "{metric}{{plugin=\"{}\"}} {}", label(plugin), value(u));
         }
     }
     let _ = writeln!(
