@@ -270,8 +270,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
+            let tables = match plan.topology.tables.len() {
+                0 => String::new(),
+                n => format!(", {n} tables"),
+            };
             println!(
-                "{}: ok ({} sources, {} stages, {} sinks)",
+                "{}: ok ({} sources, {} stages, {} sinks{tables})",
                 topology.display(),
                 plan.sources.len(),
                 plan.stages.len(),
