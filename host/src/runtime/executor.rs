@@ -208,7 +208,8 @@ pub fn run(
                     .unwrap_or_default(),
                 None,
                 Arc::clone(&m),
-            );
+            )
+            .for_task(i);
             let (cmd_tx, cmd_rx) = unbounded();
             source_commands.push(cmd_tx);
             let task = SourceTask {
@@ -244,7 +245,8 @@ pub fn run(
                 outputs.remove(&(stage.name.clone(), i)).unwrap_or_default(),
                 side_outputs.remove(&(stage.name.clone(), i)),
                 Arc::clone(&m),
-            );
+            )
+            .for_task(i);
             let task_inputs = inputs.remove(&(stage.name.clone(), i)).unwrap_or_default();
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),

@@ -1,7 +1,8 @@
 //! Per-stage counters, updated by tasks and read by the progress display
 //! and the final report. Lock-free: tasks never wait on a reader.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -31,9 +32,9 @@ pub struct StageMetrics {
     pub restarts: AtomicU64,
     /// Live copies of the rows this source or stage sends on, for watchers.
     pub tap: super::tap::Tap,
-    /// The newest event-time watermark a task of this source or stage
-    /// forwarded (µs since the Unix epoch; 0 before the first).
-    pub watermark: AtomicI64,
+    /// Per task, the newest event-time watermark it forwarded (µs since
+    /// the Unix epoch; 0 before the first). See [`StageMetrics::watermark`].
+    pub task_watermarks: Mutex<Vec<i64>>,
     /// How long handling one batch took (stages and sinks).
     pub batch_latency: LatencyHistogram,
 }
@@ -127,8 +128,53 @@ impl StageMetrics {
         sources.chain(stages).chain(sinks).collect()
     }
 
+    /// Task `task` forwarded watermark `micros`.
+    pub fn forwarded(&self, task: usize, micros: i64) {
+        let mut w = self
+            .task_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if w.len() <= task {
+            w.resize(task + 1, 0);
+        }
+        w[task] = w[task].max(micros);
+    }
+
+    /// The stage's watermark: that of its slowest task among those that
+    /// forwarded one (µs), if any did.
+    pub fn watermark(&self) -> Option<i64> {
+        let w = self
+            .task_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        w.iter().copied().filter(|t| *t != 0).min()
+    }
+
     /// Read a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_watermark_is_its_slowest_task_and_latency_buckets_are_cumulative() {
+        let m = StageMetrics::new("w", "window");
+        assert_eq!(m.watermark(), None);
+        m.forwarded(2, 500);
+        m.forwarded(0, 900);
+        assert_eq!(m.watermark(), Some(500), "task 1 has not spoken yet");
+        m.forwarded(2, 1000);
+        m.forwarded(2, 700);
+        assert_eq!(m.watermark(), Some(900), "task 2 never goes back");
+        m.batch_latency.observe(Duration::from_micros(50));
+        m.batch_latency.observe(Duration::from_millis(3));
+        let h = m.batch_latency.snapshot();
+        assert_eq!((h.count, h.sum_micros), (2, 3050));
+        assert_eq!(h.cumulative[0], 1, "≤ 100 µs");
+        assert_eq!(h.cumulative[3], 2, "≤ 5 ms");
     }
 }

@@ -164,6 +164,8 @@ pub struct Emitter {
     side: Option<Sender<Message>>,
     /// The stage's counters.
     pub metrics: Arc<StageMetrics>,
+    /// Which task of the stage this is (for per-task gauges).
+    task: usize,
 }
 
 impl Emitter {
@@ -177,7 +179,14 @@ impl Emitter {
             downstream,
             side,
             metrics,
+            task: 0,
         }
+    }
+
+    /// The emitter of task `task` of its stage.
+    pub fn for_task(mut self, task: usize) -> Self {
+        self.task = task;
+        self
     }
 
     /// Send rows to every downstream stage (round-robin over its tasks).
@@ -254,9 +263,7 @@ impl Emitter {
         if let Watermark::At(w) = watermark
             && w != i64::MAX
         {
-            self.metrics
-                .watermark
-                .fetch_max(w, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.forwarded(self.task, w);
         }
         let message = Message::Watermark(watermark);
         for d in &self.downstream {

@@ -46,7 +46,8 @@ pub struct StageStatus {
     /// Groups held in state now (window stages).
     #[serde(default)]
     pub state_groups: u64,
-    /// The newest watermark forwarded, Unix milliseconds (event time).
+    /// The stage's watermark (its slowest task's), Unix milliseconds of
+    /// event time.
     #[serde(default)]
     pub watermark_ms: Option<i64>,
     /// How long handling one batch took (stages and sinks).
@@ -216,7 +217,7 @@ pub fn record(
                 dead_lettered: StageMetrics::get(&m.dead_lettered),
                 late_rows: StageMetrics::get(&m.late_rows),
                 state_groups: StageMetrics::get(&m.state_groups),
-                watermark_ms: Some(m.watermark.load(Ordering::Relaxed) / 1000).filter(|w| *w != 0),
+                watermark_ms: m.watermark().map(|w| w / 1000),
                 batch_latency: Some(m.batch_latency.snapshot()).filter(|h| h.count > 0),
             })
             .collect(),
