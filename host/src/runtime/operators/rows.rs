@@ -236,9 +236,10 @@ pub fn event_time_column(input: &Schema, field: &str, name: &str) -> Result<usiz
 
 /// The output of a keyed aggregation (windows, sessions): the event-time
 /// column's index, then `window_start`, `window_end`, the key columns and
-/// one column per aggregate; and the aggregates bound to `input`.
+/// one column per aggregate; and the aggregates bound to `input`. Also
+/// checks that the key columns can be hashed.
 pub fn keyed_aggregation(
-    input: &Schema,
+    input: &SchemaRef,
     time: (&str, &str),
     key: &[String],
     aggregates: &[crate::topology::Aggregate],
@@ -262,5 +263,7 @@ pub fn keyed_aggregation(
     }
     let bound = super::aggregates::Aggregates::bind(aggregates, input)?;
     fields.extend(bound.fields());
+    // Validate the key encoding once, here, rather than per task.
+    crate::state::KeyHasher::new(input, key).map_err(|e| ("key".to_string(), e.to_string()))?;
     Ok((time, fields, bound))
 }

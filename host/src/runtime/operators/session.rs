@@ -46,7 +46,6 @@ impl SessionPlan {
             &spec.key,
             &spec.aggregates,
         )?;
-        KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
         Ok(SessionPlan {
             spec: spec.clone(),
             input,

@@ -59,8 +59,6 @@ impl WindowPlan {
             &spec.key,
             &spec.aggregates,
         )?;
-        // Validate the key encoding once, here, rather than per task.
-        KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
         Ok(WindowPlan {
             spec: spec.clone(),
             input,
