@@ -17,6 +17,8 @@ const PLUGINS: &[&str] = &[
     "stdout-sink",
     "blackhole-sink",
     "pii-redactor",
+    "kafka-source",
+    "kafka-sink",
     "test-step",
 ];
 

@@ -38,12 +38,12 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
     assert!(run.stdout.contains("kind:        step"), "{}", run.stdout);
     assert!(
         run.stdout
-            .contains("world:       fv:plugin/step-plugin@0.2.0"),
+            .contains("world:       fv:plugin/step-plugin@0.3.0"),
         "{}",
         run.stdout
     );
     assert!(
-        run.stdout.contains("fv:plugin/step@0.2.0"),
+        run.stdout.contains("fv:plugin/step@0.3.0"),
         "exports: {}",
         run.stdout
     );
@@ -65,7 +65,7 @@ fn plugin_inspect_by_name_shows_the_log_import_of_a_plugin_that_logs() {
         .split("imports:")
         .nth(1)
         .expect("imports section");
-    assert!(imports.contains("fv:plugin/log@0.2.0"), "{}", run.stdout);
+    assert!(imports.contains("fv:plugin/log@0.3.0"), "{}", run.stdout);
 }
 
 #[test]

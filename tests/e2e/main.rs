@@ -9,6 +9,7 @@ mod support;
 mod bad_input;
 mod cli;
 mod exactly_once;
+mod kafka;
 mod nexmark;
 mod object_store;
 mod pipelines;

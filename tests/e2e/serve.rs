@@ -575,3 +575,73 @@ fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
     let (status, _) = server.post("/topologies/paged/stop", "", None);
     assert_eq!(status, 200);
 }
+
+/// The value of the metric line starting with `prefix`, if present.
+fn metric_value(metrics: &str, prefix: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn metrics_show_the_consumer_lag_of_each_kafka_partition_while_a_source_runs() {
+    let broker = crate::kafka::broker::Broker::start();
+    broker.create_topic("events", 2);
+    let records: Vec<(i32, String, String)> = (0..60_000)
+        .map(|i| (i % 2, format!("k{i}"), format!("{{\"id\":{i}}}")))
+        .collect();
+    broker.produce("events", &records);
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let addr = broker.addr();
+    let topology = format!(
+        r#"name = "lagging"
+[checkpoint]
+interval = "200ms"
+[sources.events]
+plugin = "kafka-source"
+allow_kafka = ["{addr}"]
+config = {{ brokers = "{addr}", topics = ["events"], schema = [{{ name = "id", type = "int64" }}], max_messages_per_poll = 1 }}
+[sinks.out]
+input = "events"
+plugin = "blackhole-sink"
+"#
+    );
+    let (status, body) = server.post("/topologies", &topology, None);
+    assert_eq!(status, 201, "{body}");
+    let line = |p: i32| {
+        format!(
+            "fvhost_kafka_consumer_lag{{topology=\"lagging\",source=\"events\",topic=\"events\",partition=\"{p}\"}}"
+        )
+    };
+    // Read one message per poll, the source lags behind at first; every
+    // partition is reported, and once all 60,000 messages are read the
+    // lag is 0.
+    let mut most = 0.0f64;
+    server.wait_until(
+        || {
+            let (_, metrics) = server.get("/metrics");
+            let lags: Vec<Option<f64>> = (0..2).map(|p| metric_value(&metrics, &line(p))).collect();
+            for lag in lags.iter().flatten() {
+                assert!(*lag <= 30_000.0, "lag {lag} exceeds the partition's size");
+                most = most.max(*lag);
+            }
+            lags.iter().all(|l| *l == Some(0.0))
+        },
+        "lag 0 on both partitions",
+    );
+    assert!(
+        most > 0.0,
+        "a positive lag was reported while the source caught up"
+    );
+    let (status, body) = server.post("/topologies/lagging/stop", "", None);
+    assert_eq!(status, 200, "{body}");
+    // A stopped source reports no lag.
+    let (_, metrics) = server.get("/metrics");
+    assert!(
+        metric_value(&metrics, &line(0)).is_none(),
+        "no lag for a stopped source: {metrics}"
+    );
+}

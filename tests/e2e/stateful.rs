@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::support::{Scratch, assert_exit, crash_seed, next_random};
+use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments, next_random};
 
 /// Nexmark bids from two generator tasks → per-auction tumbling windows of
 /// 200 ms of event time, on two tasks (a key shuffle) → JSON-lines files.
@@ -131,16 +131,15 @@ fn window_runs_killed_at_random_moments_equal_one_uninterrupted_run() {
     let s = Scratch::new();
     // ~10 s of input: every kill lands mid-stream.
     s.write("t.toml", &windows(4000));
-    for kill in 1..=20 {
-        let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
-        std::thread::sleep(Duration::from_millis(100 + next_random(&mut state) % 600));
-        assert!(
-            child.try_wait().ok().flatten().is_none(),
-            "the run ended before kill {kill} (seed {seed})"
-        );
-        child.kill().expect("SIGKILL");
-        let _ = child.wait();
-    }
+    eprintln!("(seed {seed})");
+    kill_at_random_moments(
+        &s,
+        &["run", "t.toml", "--no-progress"],
+        20,
+        (100, 600),
+        &mut state,
+        |_| {},
+    );
     let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
     assert_exit(&last, 0);
     assert!(

@@ -206,3 +206,29 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Start `fvhost <args>` and SIGKILL it `kills` times, each after
+/// `min_ms` plus a random part of `spread_ms` (seeded: `state`); each run
+/// must still be going when it is killed. `after_kill` runs after each.
+pub fn kill_at_random_moments(
+    s: &Scratch,
+    args: &[&str],
+    kills: u32,
+    (min_ms, spread_ms): (u64, u64),
+    state: &mut u64,
+    mut after_kill: impl FnMut(u32),
+) {
+    for kill in 1..=kills {
+        let mut child = s.spawn_fvhost(args);
+        std::thread::sleep(std::time::Duration::from_millis(
+            min_ms + next_random(state) % spread_ms,
+        ));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended by itself before kill {kill}"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        after_kill(kill);
+    }
+}

@@ -37,3 +37,15 @@ pub mod sink {
 
 pub use step::fv::plugin::log;
 pub use step::fv::plugin::types;
+
+/// The `fv:host/kafka` capability; its resources are the host's clients.
+pub mod kafka {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "kafka-client",
+        with: {
+            "fv:host/kafka.consumer": crate::plugin::kafka::KafkaConsumer,
+            "fv:host/kafka.producer": crate::plugin::kafka::KafkaProducer,
+        },
+    });
+}

@@ -35,6 +35,14 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/blackhole_sink.wasm")),
     ),
     (
+        "kafka-source",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/kafka_source.wasm")),
+    ),
+    (
+        "kafka-sink",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/kafka_sink.wasm")),
+    ),
+    (
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),

@@ -93,14 +93,14 @@ impl Sandbox {
         policy: &SandboxPolicy,
         identity: &TaskIdentity,
     ) -> Result<Self, PluginError> {
-        let state = HostState::new(policy, &plugin.metadata.name, &identity.label()).map_err(
-            |message| PluginError {
+        let state = HostState::new(policy, &plugin.metadata.name, identity).map_err(|message| {
+            PluginError {
                 plugin: plugin.metadata.name.clone(),
                 task: identity.label(),
                 kind: FailureKind::Load,
                 message,
-            },
-        )?;
+            }
+        })?;
         let mut store = Store::new(&engine.engine, state);
         store.limiter(|s| &mut s.memory);
         let deadline_ticks = (policy.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64;
@@ -225,12 +225,26 @@ fn rejection(e: types::ConfigError) -> ConfigRejection {
 
 /// What a source poll produced.
 pub enum SourcePoll {
-    /// Rows and the positions after them.
-    Batch(RecordBatch, Vec<(String, Vec<u8>)>),
+    /// Rows, the positions after them, and the records the plugin could
+    /// not turn into rows.
+    Batch(RecordBatch, Vec<(String, Vec<u8>)>, Vec<RejectedRecord>),
     /// Nothing now.
     Idle,
     /// Drained.
     Finished,
+}
+
+/// A record a source read but could not turn into a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRecord {
+    /// The split it came from.
+    pub split: String,
+    /// Where in the split (`topic/partition@offset`, `file:line`).
+    pub location: String,
+    /// Why.
+    pub reason: String,
+    /// The record as text.
+    pub content: String,
 }
 
 /// A source plugin instance for one task.
@@ -242,6 +256,11 @@ pub struct SourceInstance {
 }
 
 impl SourceInstance {
+    /// The plugin's name.
+    pub fn plugin_name(&self) -> &str {
+        &self.sandbox.plugin.metadata.name
+    }
+
     /// Instantiate and `open` with `config` (JSON).
     pub fn open(
         engine: &PluginEngine,
@@ -338,6 +357,15 @@ impl SourceInstance {
                     b.positions
                         .into_iter()
                         .map(|p| (p.split, p.position))
+                        .collect(),
+                    b.rejected
+                        .into_iter()
+                        .map(|r| RejectedRecord {
+                            split: r.split,
+                            location: r.location,
+                            reason: r.reason,
+                            content: r.content,
+                        })
                         .collect(),
                 ))
             }
@@ -556,7 +584,7 @@ impl StepInstance {
         let engine_state = HostState::new(
             &self.sandbox.policy,
             &self.sandbox.plugin.metadata.name,
-            &self.sandbox.identity.label(),
+            &self.sandbox.identity,
         )
         .map_err(|m| self.sandbox.error(FailureKind::Load, m))?;
         let engine = self.sandbox.store.engine().clone();

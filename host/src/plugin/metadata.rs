@@ -7,11 +7,12 @@ use std::fmt;
 
 use wasmparser::{Parser, Payload};
 
-/// The `fv:plugin` versions this host accepts: 0.2.x (0.2.0 added the
-/// source's `committed` notification).
+/// The `fv:plugin` versions this host accepts: 0.3.x (0.2.0 added the
+/// source's `committed` notification, 0.3.0 rejected records in a source
+/// batch).
 pub const SUPPORTED_CONTRACT: ContractVersion = ContractVersion {
     major: 0,
-    minor: 2,
+    minor: 3,
     patch: 0,
 };
 
@@ -219,10 +220,10 @@ mod tests {
 
     #[test]
     fn refuses_other_contract_versions_with_both_named() {
-        let err = read(b"", &["fv:plugin/step@0.1.0".to_string()]).expect_err("must refuse");
+        let err = read(b"", &["fv:plugin/step@0.2.0".to_string()]).expect_err("must refuse");
         let text = err.to_string();
         assert!(
-            text.contains("fv:plugin 0.1.0") && text.contains("supports fv:plugin 0.2.0"),
+            text.contains("fv:plugin 0.2.0") && text.contains("supports fv:plugin 0.3.0"),
             "{text}"
         );
     }

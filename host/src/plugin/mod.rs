@@ -14,6 +14,7 @@ mod catalog;
 mod engine;
 mod error;
 mod instance;
+pub mod kafka;
 mod metadata;
 mod sandbox;
 pub mod usage;
@@ -22,8 +23,9 @@ pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
 pub use engine::PluginEngine;
 pub use error::{FailureKind, PluginError};
 pub use instance::{
-    BadRow, ConfigRejection, OpenError, SinkInstance, SourceInstance, SourcePoll, StepInstance,
-    StepReply, TaskIdentity,
+    BadRow, ConfigRejection, OpenError, RejectedRecord, SinkInstance, SourceInstance, SourcePoll,
+    StepInstance, StepReply, TaskIdentity,
 };
+pub use kafka::KafkaGrant;
 pub use metadata::{ContractVersion, PluginKind, PluginMetadata, SUPPORTED_CONTRACT};
 pub use sandbox::SandboxPolicy;

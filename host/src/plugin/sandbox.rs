@@ -3,7 +3,8 @@
 //!
 //! This module owns the store's data ([`HostState`]) and the `log` import.
 //! It must never grant anything the policy does not name: no inherited
-//! environment, no network, no directory outside `allow_read`/`allow_write`.
+//! environment, no network, no directory outside `allow_read`/`allow_write`,
+//! no Kafka client without `allow_kafka`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::log;
+use super::kafka::KafkaGrant;
 
 /// What a plugin instance may touch, from the topology.
 #[derive(Debug, Clone)]
@@ -28,6 +30,8 @@ pub struct SandboxPolicy {
     pub memory_limit: usize,
     /// CPU guard: the longest one call may run.
     pub call_timeout: Duration,
+    /// The Kafka capability, when the topology grants it.
+    pub kafka: Option<KafkaGrant>,
 }
 
 impl Default for SandboxPolicy {
@@ -38,6 +42,7 @@ impl Default for SandboxPolicy {
             env: Vec::new(),
             memory_limit: 512 << 20,
             call_timeout: Duration::from_secs(30),
+            kafka: None,
         }
     }
 }
@@ -81,18 +86,27 @@ impl ResourceLimiter for MemoryCap {
 /// The data of one plugin instance's store.
 pub(crate) struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     pub(crate) memory: MemoryCap,
     pub(crate) stderr: MemoryOutputPipe,
     /// `plugin`, for log records.
-    plugin: String,
+    pub(crate) plugin: String,
     /// `stage[task]`, for log records.
-    task: String,
+    pub(crate) task: String,
+    /// Topology and stage names, for the Kafka capability's metrics.
+    pub(crate) topology: String,
+    pub(crate) stage: String,
+    /// The Kafka grant (`None`: every Kafka call is refused).
+    pub(crate) kafka: Option<KafkaGrant>,
 }
 
 impl HostState {
     /// Build the sandbox for one instance.
-    pub(crate) fn new(policy: &SandboxPolicy, plugin: &str, task: &str) -> Result<Self, String> {
+    pub(crate) fn new(
+        policy: &SandboxPolicy,
+        plugin: &str,
+        identity: &super::TaskIdentity,
+    ) -> Result<Self, String> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let mut builder = WasiCtxBuilder::new();
         builder.inherit_stdout().stderr(stderr.clone());
@@ -118,7 +132,10 @@ impl HostState {
             },
             stderr,
             plugin: plugin.to_string(),
-            task: task.to_string(),
+            task: identity.label(),
+            topology: identity.topology.clone(),
+            stage: identity.stage.clone(),
+            kafka: policy.kafka.clone(),
         })
     }
 

@@ -19,6 +19,34 @@ pub static DEAD_LETTER_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// Dead-letter records for what a source could not turn into rows: the
+/// error names where the record was (`topic/partition@offset`) and why,
+/// the row is the record's own text.
+pub fn rejected(
+    stage: &str,
+    plugin: &str,
+    records: &[crate::plugin::RejectedRecord],
+) -> Result<RecordBatch, ArrowError> {
+    let n = records.len();
+    let columns: Vec<Arc<dyn arrow::array::Array>> = vec![
+        Arc::new(StringArray::from(vec![stage; n])),
+        Arc::new(StringArray::from(vec![plugin; n])),
+        Arc::new(StringArray::from(
+            records
+                .iter()
+                .map(|r| format!("{}: {}", r.location, r.reason))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            records
+                .iter()
+                .map(|r| r.content.as_str())
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    RecordBatch::try_new(Arc::clone(&DEAD_LETTER_SCHEMA), columns)
+}
+
 /// Dead-letter records for `rows` of `batch` (index, reason).
 pub fn records(
     stage: &str,

@@ -181,6 +181,17 @@ pub fn run(
             inputs.entry((sink.clone(), 0)).or_default().push((0, rx));
         }
     }
+    // Records a source could not read (malformed messages) go to the
+    // dead-letter sink too, on an edge per source task.
+    if let Some(dlq) = &plan.topology.dead_letter {
+        for source in &plan.sources {
+            for i in 0..source.tasks.len() {
+                let (tx, rx) = bounded(settings.channel_capacity);
+                side_outputs.insert((source.name.clone(), i), tx);
+                inputs.entry((dlq.clone(), 0)).or_default().push((0, rx));
+            }
+        }
+    }
 
     let (ack_tx, ack_rx) = unbounded::<Ack>();
     let mut source_commands = Vec::new();
@@ -206,7 +217,7 @@ pub fn run(
                 outputs
                     .remove(&(source.name.clone(), i))
                     .unwrap_or_default(),
-                None,
+                side_outputs.remove(&(source.name.clone(), i)),
                 Arc::clone(&m),
             )
             .for_task(i);
@@ -459,6 +470,27 @@ struct SourceTask {
 }
 
 impl SourceTask {
+    /// Dead-letter what the plugin could not read (counted either way).
+    fn reject(&mut self, rejected: &[crate::plugin::RejectedRecord]) -> Result<(), TaskError> {
+        if !self.out.has_dead_letter()
+            && let Some(first) = rejected.first()
+        {
+            tracing::warn!(
+                source = %self.name,
+                count = rejected.len(),
+                "dropping records the source could not read (set `dead_letter` to keep them); first: {}: {}",
+                first.location,
+                first.reason
+            );
+        }
+        let batch = super::dead_letter::rejected(&self.name, self.instance.plugin_name(), rejected)
+            .map_err(|e| TaskError::State {
+                stage: self.name.clone(),
+                message: format!("building dead-letter records: {e}"),
+            })?;
+        self.out.dead_letter(batch)
+    }
+
     /// Tell the plugin `epoch` committed, with the positions this task
     /// reported for it. A failure is logged: the epoch is committed anyway,
     /// and a later notification covers it.
@@ -500,6 +532,12 @@ impl SourceTask {
 
     fn run_inner(&mut self, control: &RunControl) -> Result<(), TaskError> {
         let mut drained = false;
+        if self.event_time.is_some() {
+            // A split that has not delivered yet must hold the watermark
+            // back (until it idles), or its first rows would be late.
+            let splits = self.instance.splits()?;
+            self.clock.expect(&splits);
+        }
         loop {
             let command = if drained {
                 // Nothing left to read: wait for the final barrier.
@@ -550,7 +588,10 @@ impl SourceTask {
                 continue;
             }
             match self.instance.poll(self.batch_size)? {
-                SourcePoll::Batch(batch, positions) => {
+                SourcePoll::Batch(batch, positions, rejected) => {
+                    if !rejected.is_empty() {
+                        self.reject(&rejected)?;
+                    }
                     StageMetrics::add(&self.out.metrics.batches_in, 1);
                     StageMetrics::add(&self.out.metrics.rows_in, batch.num_rows() as u64);
                     let splits: Vec<&str> = positions.iter().map(|(s, _)| s.as_str()).collect();

@@ -493,6 +493,22 @@ impl Planner<'_> {
             ));
             return None;
         }
+        // A plugin that imports the Kafka capability without a grant would
+        // fail at its first call: say so before anything runs.
+        if use_.sandbox.kafka.is_none()
+            && let Some(import) = loaded
+                .imports
+                .iter()
+                .find(|i| i.starts_with("fv:host/kafka"))
+        {
+            self.errors.push(self.topology.source_map.at_key(
+                &format!("{key}.{field}"),
+                format!(
+                    "`{reference}` uses the Kafka capability ({import}), but `{key}` grants none: add `allow_kafka = [\"host:port\"]` naming the brokers it may reach"
+                ),
+            ));
+            return None;
+        }
         Some(loaded)
     }
 

@@ -2,6 +2,8 @@
 //! the newest event time read from it; the task's watermark is the oldest
 //! of those over the splits that delivered rows within `idle_timeout` of
 //! processing time, minus the source's `delay`; `Idle` once no split has.
+//! A split the task owns but that has not delivered yet holds the
+//! watermark back until it has, or until it idles out.
 //! It never goes back: rows of a split that was idle and returns behind
 //! the watermark are late downstream.
 //!
@@ -68,7 +70,8 @@ impl Clock for ManualClock {
 /// What one split has delivered.
 #[derive(Debug, Clone, Copy)]
 struct SplitTime {
-    newest: i64,
+    /// `None`: expected, nothing delivered yet.
+    newest: Option<i64>,
     last_rows: Instant,
 }
 
@@ -89,6 +92,18 @@ impl<C: Clock> WatermarkClock<C> {
             splits: BTreeMap::new(),
             emitted: None,
             high: None,
+        }
+    }
+
+    /// The splits this task owns: each holds the watermark back until it
+    /// delivers rows or stays silent for `idle_timeout` from now.
+    pub fn expect(&mut self, splits: &[String]) {
+        let now = self.clock.now();
+        for split in splits {
+            self.splits.entry(split.clone()).or_insert(SplitTime {
+                newest: None,
+                last_rows: now,
+            });
         }
     }
 
@@ -118,7 +133,7 @@ impl<C: Clock> WatermarkClock<C> {
         for split in names {
             match (self.splits.get_mut(*split), reached) {
                 (Some(s), Some(t)) => {
-                    s.newest = s.newest.max(t);
+                    s.newest = Some(s.newest.map_or(t, |n| n.max(t)));
                     s.last_rows = now;
                 }
                 (Some(s), None) => s.last_rows = now,
@@ -126,7 +141,7 @@ impl<C: Clock> WatermarkClock<C> {
                     self.splits.insert(
                         split.to_string(),
                         SplitTime {
-                            newest: t,
+                            newest: Some(t),
                             last_rows: now,
                         },
                     );
@@ -145,12 +160,18 @@ impl<C: Clock> WatermarkClock<C> {
 
     fn advance(&mut self, e: &SourceEventTime) -> Option<Watermark> {
         let now = self.clock.now();
-        let oldest_active = self
+        let active: Vec<Option<i64>> = self
             .splits
             .values()
             .filter(|s| now.saturating_duration_since(s.last_rows) < e.idle_timeout)
             .map(|s| s.newest)
-            .min();
+            .collect();
+        if active.iter().any(Option::is_none) {
+            // An expected split has not delivered yet: hold.
+            return None;
+        }
+        let oldest_active = active.into_iter().flatten().min();
+        let known = self.splits.values().any(|s| s.newest.is_some());
         let w = match oldest_active {
             Some(t) => {
                 let w = t.saturating_sub(e.delay.as_micros() as i64);
@@ -158,7 +179,7 @@ impl<C: Clock> WatermarkClock<C> {
                 self.high = Some(w);
                 Watermark::At(w)
             }
-            None if self.splits.is_empty() => return None,
+            None if !known => return None,
             None => Watermark::Idle,
         };
         if self.emitted == Some(w) {
@@ -257,6 +278,34 @@ mod tests {
         assert_eq!(
             w.on_rows(&rows(&[170]), &["b"], &e).expect("b"),
             Some(Watermark::At(500_000))
+        );
+    }
+
+    #[test]
+    fn an_owned_split_that_has_not_delivered_holds_the_watermark_until_it_idles() {
+        let e = SourceEventTime {
+            column: 0,
+            delay: Duration::ZERO,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let clock = ManualClock::default();
+        let mut w = WatermarkClock::new(clock.clone());
+        w.expect(&["a".to_string(), "b".to_string()]);
+        // a races ahead while b has said nothing: no watermark yet, so b's
+        // first (older) rows are not late.
+        assert_eq!(w.on_rows(&rows(&[500]), &["a"], &e).expect("a"), None);
+        assert_eq!(
+            w.on_rows(&rows(&[100]), &["b"], &e).expect("b"),
+            Some(Watermark::At(100_000))
+        );
+        // A split that never delivers stops holding once it idles out.
+        let mut w = WatermarkClock::new(clock.clone());
+        w.expect(&["a".to_string(), "silent".to_string()]);
+        assert_eq!(w.on_rows(&rows(&[500]), &["a"], &e).expect("a"), None);
+        clock.advance(Duration::from_secs(11));
+        assert_eq!(
+            w.on_rows(&rows(&[600]), &["a"], &e).expect("a"),
+            Some(Watermark::At(600_000))
         );
     }
 }

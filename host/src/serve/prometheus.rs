@@ -204,6 +204,22 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
     }
     let _ = writeln!(
         out,
+        "# HELP fvhost_kafka_consumer_lag Records of a partition a Kafka source has not read yet (librdkafka statistics, every 2 s)."
+    );
+    let _ = writeln!(out, "# TYPE fvhost_kafka_consumer_lag gauge");
+    for l in crate::plugin::kafka::lag::snapshot() {
+        let _ = writeln!(
+            out,
+            "fvhost_kafka_consumer_lag{{topology=\"{}\",source=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+            label(&l.topology),
+            label(&l.source),
+            label(&l.topic),
+            l.partition,
+            l.lag
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP fvhost_cpu_milliseconds_total CPU time of the server process by thread family."
     );
     let _ = writeln!(out, "# TYPE fvhost_cpu_milliseconds_total counter");

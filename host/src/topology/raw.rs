@@ -18,7 +18,7 @@ use super::{
     SourceNode, StageKind, StageNode, TableNode, Topology, parse_duration, parse_duration_or_zero,
     parse_size,
 };
-use crate::plugin::SandboxPolicy;
+use crate::plugin::{KafkaGrant, SandboxPolicy};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +63,9 @@ struct RawNode {
     allow_read: Option<Vec<String>>,
     allow_write: Option<Vec<String>>,
     allow_env: Option<Vec<String>>,
+    allow_kafka: Option<Vec<String>>,
+    kafka_client: Option<BTreeMap<String, String>>,
+    kafka_secrets: Option<BTreeMap<String, String>>,
     memory_limit: Option<String>,
     call_timeout: Option<String>,
     watermark: Option<RawEventTime>,
@@ -94,6 +97,9 @@ impl RawNode {
             allow_read: self.allow_read.take(),
             allow_write: self.allow_write.take(),
             allow_env: self.allow_env.take(),
+            allow_kafka: self.allow_kafka.take(),
+            kafka_client: self.kafka_client.take(),
+            kafka_secrets: self.kafka_secrets.take(),
             memory_limit: self.memory_limit.take(),
             call_timeout: self.call_timeout.take(),
         }
@@ -119,6 +125,9 @@ struct RawSandbox {
     allow_read: Option<Vec<String>>,
     allow_write: Option<Vec<String>>,
     allow_env: Option<Vec<String>>,
+    allow_kafka: Option<Vec<String>>,
+    kafka_client: Option<BTreeMap<String, String>>,
+    kafka_secrets: Option<BTreeMap<String, String>>,
     memory_limit: Option<String>,
     call_timeout: Option<String>,
 }
@@ -539,7 +548,10 @@ impl Ctx<'_> {
     }
 
     fn sandbox(&self, key: &str, raw: RawSandbox, errors: &mut Vec<Diagnostic>) -> SandboxPolicy {
-        let mut policy = SandboxPolicy::default();
+        let mut policy = SandboxPolicy {
+            kafka: self.kafka_grant(key, &raw, errors),
+            ..SandboxPolicy::default()
+        };
         for (i, dir) in raw.allow_read.unwrap_or_default().into_iter().enumerate() {
             let host = self.dir.join(&dir);
             match host.canonicalize() {
@@ -586,6 +598,67 @@ impl Ctx<'_> {
             }
         }
         policy
+    }
+}
+
+impl Ctx<'_> {
+    /// `allow_kafka`, `kafka_client` and `kafka_secrets` of one node.
+    fn kafka_grant(
+        &self,
+        key: &str,
+        raw: &RawSandbox,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<KafkaGrant> {
+        let Some(brokers) = &raw.allow_kafka else {
+            for extra in ["kafka_client", "kafka_secrets"] {
+                let given = match extra {
+                    "kafka_client" => raw.kafka_client.is_some(),
+                    _ => raw.kafka_secrets.is_some(),
+                };
+                if given {
+                    errors.push(self.map.at_key(
+                        &format!("{key}.{extra}"),
+                        "has no effect without `allow_kafka = [\"host:port\", …]`",
+                    ));
+                }
+            }
+            return None;
+        };
+        for (i, b) in brokers.iter().enumerate() {
+            let ok = b
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                errors.push(self.map.at_key(
+                    &format!("{key}.allow_kafka.{i}"),
+                    format!("`{b}` is not `host:port`"),
+                ));
+            }
+        }
+        let mut grant = KafkaGrant {
+            brokers: brokers.clone(),
+            ..KafkaGrant::default()
+        };
+        for (name, value) in raw.kafka_client.iter().flatten() {
+            if name.starts_with("sasl.password") || name.ends_with(".password") {
+                errors.push(self.map.at_key(
+                    &format!("{key}.kafka_client.{name}"),
+                    format!("put secrets in `kafka_secrets = {{ \"{name}\" = \"ENV_VAR\" }}` (read from the environment), not in the topology"),
+                ));
+                continue;
+            }
+            grant.properties.push((name.clone(), value.clone()));
+        }
+        for (name, var) in raw.kafka_secrets.iter().flatten() {
+            match std::env::var(var) {
+                Ok(value) => grant.secrets.push((name.clone(), value)),
+                Err(_) => errors.push(self.map.at_key(
+                    &format!("{key}.kafka_secrets.{name}"),
+                    format!("environment variable `{var}` is not set"),
+                )),
+            }
+        }
+        Some(grant)
     }
 }
 

@@ -262,6 +262,7 @@ impl Source for FileSource {
         Ok(Poll::Batch {
             positions: position_of(split),
             batch,
+            rejected: Vec::new(),
         })
     }
 }
@@ -295,6 +296,7 @@ fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>,
             Ok(Some(Poll::Batch {
                 positions: position_of(split),
                 batch,
+                rejected: Vec::new(),
             }))
         }
         None => {

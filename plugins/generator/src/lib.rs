@@ -236,7 +236,11 @@ impl Source for Generator {
         if batch.num_rows() == 0 && event >= limit {
             return Ok(Poll::Finished);
         }
-        Ok(Poll::Batch { batch, positions })
+        Ok(Poll::Batch {
+            batch,
+            positions,
+            rejected: Vec::new(),
+        })
     }
 }
 

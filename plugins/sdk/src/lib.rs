@@ -85,6 +85,8 @@ pub use serde;
 pub use serde_json;
 
 pub mod ipc;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod log;
 
 mod config;
@@ -96,7 +98,7 @@ mod step;
 pub use config::ConfigError;
 pub use context::TaskContext;
 pub use sink::Sink;
-pub use source::{Poll, Source, SplitPosition};
+pub use source::{Poll, Rejected, Source, SplitPosition};
 pub use step::{ProcessError, RowError, Step, StepOutput};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.

@@ -20,6 +20,19 @@ pub struct SplitPosition {
     pub position: Vec<u8>,
 }
 
+/// A record a source read but could not turn into a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The split it came from.
+    pub split: String,
+    /// Where in the split (`topic/partition@offset`, `file:line`).
+    pub location: String,
+    /// Why it was rejected.
+    pub reason: String,
+    /// The record as text (lossy UTF-8 for binary payloads).
+    pub record: String,
+}
+
 /// What one [`Source::poll`] produced.
 #[derive(Debug)]
 pub enum Poll {
@@ -27,8 +40,10 @@ pub enum Poll {
     Batch {
         /// The rows, with exactly [`Source::schema`].
         batch: RecordBatch,
-        /// Positions *after* this batch.
+        /// Positions *after* this batch (and after its rejected records).
         positions: Vec<SplitPosition>,
+        /// Records that could not become rows; the host dead-letters them.
+        rejected: Vec<Rejected>,
     },
     /// Nothing ready now; the host polls again shortly.
     Idle,
@@ -99,13 +114,26 @@ impl<T: Source> wit::GuestSource for SourceAdapter<T> {
 
     fn poll(&self, max_rows: u32) -> Result<wit::PollResult, String> {
         match self.inner.borrow_mut().poll(max_rows as usize)? {
-            Poll::Batch { batch, positions } => Ok(wit::PollResult::Batch(wit::SourceBatch {
+            Poll::Batch {
+                batch,
+                positions,
+                rejected,
+            } => Ok(wit::PollResult::Batch(wit::SourceBatch {
                 batch: ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?,
                 positions: positions
                     .into_iter()
                     .map(|p| wit::SplitPosition {
                         split: p.split,
                         position: p.position,
+                    })
+                    .collect(),
+                rejected: rejected
+                    .into_iter()
+                    .map(|r| wit::RejectedRecord {
+                        split: r.split,
+                        location: r.location,
+                        reason: r.reason,
+                        content: r.record,
                     })
                     .collect(),
             })),

@@ -1,0 +1,233 @@
+//! Kafka throughput: Kafka → SQL stage → Kafka through the `kafka-source`
+//! and `kafka-sink` plugins, against the ceiling measured in the same run
+//! — a plain rdkafka consume → produce loop moving the same messages on the
+//! same local broker (tansu). Printed, never asserted
+//! (`cargo bench --workspace --bench kafka`; `FV_BENCH_EVENTS` sets the
+//! message count, default 500,000). Needs tansu: `FVHOST_TANSU`, the CI's
+//! cache (`/var/tmp/fvhost-tools/bin/tansu`) or the PATH.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fvhost::epoch::EpochStore;
+use fvhost::plugin::PluginEngine;
+use fvhost::runtime::{self, RunControl, StageMetrics};
+use fvhost::topology::Topology;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+const PARTITIONS: i32 = 4;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn tansu() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FVHOST_TANSU") {
+        return Some(PathBuf::from(p));
+    }
+    let cached = PathBuf::from("/var/tmp/fvhost-tools/bin/tansu");
+    if cached.exists() {
+        return Some(cached);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("tansu"))
+        .find(|p| p.exists())
+}
+
+fn config(addr: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr);
+    c
+}
+
+fn create_topics(addr: &str, topics: &[&str]) {
+    let admin: AdminClient<DefaultClientContext> = config(addr).create().expect("admin");
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)))
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    for r in futures::executor::block_on(admin.create_topics(&new, &opts)).expect("create") {
+        r.expect("topic created");
+    }
+}
+
+fn send(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// `events` Nexmark-shaped bids as JSON, spread over the partitions.
+fn fill(addr: &str, events: u64) {
+    let producer: ThreadedProducer<DefaultProducerContext> = config(addr)
+        .set("linger.ms", "20")
+        .create()
+        .expect("producer");
+    for i in 0..events {
+        let payload = format!(
+            "{{\"auction\":{},\"bidder\":{},\"price\":{},\"channel\":\"channel-{}\",\"date_time\":\"2015-07-15T00:{:02}:{:02}.{:03}\"}}",
+            1000 + i % 997,
+            2000 + i % 7919,
+            100 + (i * 7) % 100_000,
+            i % 10,
+            (i / 60_000) % 60,
+            (i / 1000) % 60,
+            i % 1000
+        );
+        let key = (i % 997).to_string();
+        let record = BaseRecord::to("in")
+            .partition((i % PARTITIONS as u64) as i32)
+            .key(key.as_bytes())
+            .payload(payload.as_bytes());
+        send(&producer, record);
+    }
+    producer.flush(TIMEOUT).expect("flush");
+}
+
+/// The ceiling: consume `in` and produce every message to `ceiling-out`.
+fn ceiling(addr: &str, events: u64) -> Duration {
+    let started = Instant::now();
+    let consumer: BaseConsumer = config(addr)
+        .set("group.id", "bench-ceiling")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let producer: ThreadedProducer<DefaultProducerContext> = config(addr)
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset("in", p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut moved = 0u64;
+    while moved < events {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("message");
+            let record = BaseRecord::to("ceiling-out")
+                .partition(m.partition())
+                .key(m.key().unwrap_or_default())
+                .payload(m.payload().unwrap_or_default());
+            send(&producer, record);
+            moved += 1;
+        }
+    }
+    producer.flush(TIMEOUT).expect("flush");
+    started.elapsed()
+}
+
+/// Kafka → SQL → Kafka through the plugins, in process.
+fn through_plugins(engine: &PluginEngine, dir: &Path, addr: &str) -> Duration {
+    let text = format!(
+        r#"name = "kafka_bench"
+[checkpoint]
+interval = "10s"
+[sources.bids]
+plugin = "kafka-source"
+allow_kafka = ["{addr}"]
+config = {{ brokers = "{addr}", topics = ["in"], stop_at_end = true, metadata_columns = [], schema = [
+    {{ name = "auction", type = "int64" }}, {{ name = "bidder", type = "int64" }},
+    {{ name = "price", type = "int64" }}, {{ name = "channel", type = "string" }},
+    {{ name = "date_time", type = "timestamp_ms" }} ] }}
+[stages.euros]
+input = "bids"
+sql = "SELECT auction, bidder, price * 908 / 1000 AS price, date_time FROM bids"
+[sinks.out]
+input = "euros"
+plugin = "kafka-sink"
+allow_kafka = ["{addr}"]
+config = {{ brokers = "{addr}", topic = "fv-out", key = "auction", delivery = "at_least_once" }}
+"#
+    );
+    let state = tempfile::tempdir().expect("state");
+    let topology =
+        Topology::parse(&dir.join("bench.toml"), &text).unwrap_or_else(|d| panic!("{d}"));
+    let started = Instant::now();
+    let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
+    let metrics = StageMetrics::for_plan(&plan);
+    let store = EpochStore::open(&state.path().display().to_string()).expect("store");
+    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+    started.elapsed()
+}
+
+fn main() {
+    let Some(tansu) = tansu() else {
+        println!(
+            "kafka bench skipped: no tansu binary (FVHOST_TANSU, /var/tmp/fvhost-tools/bin or PATH)"
+        );
+        return;
+    };
+    let events: u64 = std::env::var("FV_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500_000);
+    let dir = tempfile::tempdir().expect("dir");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let url = format!("tcp://127.0.0.1:{port}");
+    let mut broker = Command::new(tansu)
+        .args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tansu");
+    let addr = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    while TcpStream::connect(&addr).is_err() {
+        assert!(started.elapsed() < TIMEOUT, "tansu did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    create_topics(&addr, &["in", "ceiling-out", "fv-out"]);
+    fill(&addr, events);
+    let engine = PluginEngine::new(PluginEngine::default_cache_dir()).expect("engine");
+    // Warm the component cache so compiling is not measured.
+    let _ = fvhost::plugin::Catalog::new(&engine).load_named("kafka-source");
+    let _ = fvhost::plugin::Catalog::new(&engine).load_named("kafka-sink");
+    let base = ceiling(&addr, events);
+    let plugins = through_plugins(&engine, dir.path(), &addr);
+    let rate = |d: Duration| events as f64 / d.as_secs_f64();
+    println!(
+        "kafka → kafka, {events} JSON messages, {PARTITIONS} partitions, tansu (sqlite) on 127.0.0.1"
+    );
+    println!("{:<44} {:>12} {:>10}", "path", "events/s", "ratio");
+    println!(
+        "{:<44} {:>12.0} {:>10}",
+        "rdkafka consume → produce loop (ceiling)",
+        rate(base),
+        "1.00x"
+    );
+    println!(
+        "{:<44} {:>12.0} {:>9.2}x",
+        "kafka-source → SQL → kafka-sink (plugins)",
+        rate(plugins),
+        rate(plugins) / rate(base)
+    );
+    let _ = broker.kill();
+    let _ = broker.wait();
+}
