@@ -15,6 +15,8 @@
 //!   executor;
 //! - [`epoch`]: barriers, manifests and the coordinator that make output
 //!   exactly-once;
+//! - [`registry`]: published plugin packages, semver resolution and the
+//!   `<topology>.lock` that pins them by digest;
 //! - [`serve`]: the control plane (`fvhost serve`: many topologies behind
 //!   an HTTP API);
 //! - [`sql`]: stateless DataFusion queries over batches;
@@ -23,6 +25,7 @@
 pub mod epoch;
 pub mod ipc;
 pub mod plugin;
+pub mod registry;
 pub mod runtime;
 pub mod serve;
 pub mod sql;

@@ -73,12 +73,16 @@ enum Command {
         /// record stays in the state directory.
         #[arg(long, env = "FVHOST_EPOCH_STORE", value_name = "URL")]
         epoch_store: Option<String>,
+        #[command(flatten)]
+        plugins: PluginResolution,
     },
     /// Check a topology without running it: syntax, keys, inputs, cycles,
     /// plugins and their configs, SQL against the input schemas.
     Validate {
         /// The topology file.
         topology: PathBuf,
+        #[command(flatten)]
+        plugins: PluginResolution,
     },
     /// Print the status record of a run (running or ended) from its state
     /// directory: state, heartbeat, last committed epoch, rows per stage —
@@ -165,9 +169,31 @@ enum Command {
         #[arg(long)]
         insecure: bool,
     },
-    /// Inspect plugins.
+    /// Inspect, publish, yank and list plugins; update a topology's plugin lock.
     #[command(subcommand)]
     Plugin(PluginCommand),
+}
+
+/// How registry plugins (`plugin = "acme:geo-fence@^1.2"`) are resolved.
+#[derive(clap::Args, Clone)]
+struct PluginResolution {
+    /// Fail if `<topology>.lock` would change (CI, production).
+    #[arg(long)]
+    locked: bool,
+    /// The plugin registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
+    #[arg(long, value_name = "DIR")]
+    registry: Option<PathBuf>,
+}
+
+impl PluginResolution {
+    fn options(&self) -> fvhost::registry::lock::ResolveOptions {
+        let mut o = fvhost::registry::lock::ResolveOptions::defaults();
+        if let Some(dir) = &self.registry {
+            o.registry = fvhost::registry::LocalRegistry::open(dir);
+        }
+        o.locked = self.locked;
+        o
+    }
 }
 
 /// Where the control plane is; the token comes from FVHOST_TOKEN.
@@ -220,8 +246,42 @@ fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
 
 #[derive(Subcommand)]
 enum PluginCommand {
-    /// List the first-party plugins built into this fvhost.
-    List,
+    /// List the first-party plugins built into this fvhost, then the
+    /// packages of the registry (name, versions, kind).
+    List {
+        /// The registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
+    },
+    /// Publish a plugin component to the registry under the package name
+    /// and version in its metadata. Versions are immutable.
+    Publish {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// The registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
+    },
+    /// Hide a published version from new resolutions (locks that pin it
+    /// keep working).
+    Yank {
+        /// `namespace:name@version`.
+        package: String,
+        /// The registry directory.
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
+    },
+    /// Move a topology's lock forward within its requirements: every
+    /// package, or only `package`.
+    Update {
+        /// The topology file.
+        topology: PathBuf,
+        /// Only this package (`namespace:name`).
+        package: Option<String>,
+        /// The registry directory.
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
+    },
     /// Show a plugin's metadata, kind, contract version, imports and exports.
     Inspect {
         /// A first-party plugin name or a path to a `.wasm` component.
@@ -257,6 +317,12 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+fn open_registry(dir: Option<PathBuf>) -> fvhost::registry::LocalRegistry {
+    fvhost::registry::LocalRegistry::open(
+        dir.unwrap_or_else(fvhost::registry::default_registry_dir),
+    )
+}
+
 fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<PluginEngine> {
     let dir = cache_dir.or_else(PluginEngine::default_cache_dir);
     PluginEngine::new(dir).context("starting the Wasm engine")
@@ -264,9 +330,9 @@ fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<PluginEngine> {
 
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Validate { topology } => {
+        Command::Validate { topology, plugins } => {
             let engine = engine(cli.cache_dir)?;
-            let plan = match load_and_plan(&topology, &engine) {
+            let plan = match load_and_plan(&topology, &engine, &plugins.options()) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
@@ -289,9 +355,10 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             no_progress,
             from_scratch,
             epoch_store,
+            plugins,
         } => {
             let engine = engine(cli.cache_dir)?;
-            let plan = match load_and_plan(&topology, &engine) {
+            let plan = match load_and_plan(&topology, &engine, &plugins.options()) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
@@ -477,7 +544,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin(PluginCommand::List) => {
+        Command::Plugin(PluginCommand::List { registry }) => {
             let engine = engine(cli.cache_dir)?;
             let catalog = Catalog::new(&engine);
             println!("{:<16} {:<7} {:<9} description", "name", "kind", "version");
@@ -488,7 +555,99 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     name, p.metadata.kind, p.metadata.version, p.metadata.description
                 );
             }
+            let registry = open_registry(registry);
+            let packages = registry.packages()?;
+            println!();
+            println!("registry {}:", registry.root().display());
+            if packages.is_empty() {
+                println!("  (no packages)");
+            }
+            for (package, versions) in packages {
+                let kind = versions.last().map(|v| v.kind.as_str()).unwrap_or("");
+                println!(
+                    "  {:<28} {:<7} {}",
+                    package.to_string(),
+                    kind,
+                    fvhost::registry::published_list(&versions)
+                );
+            }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Publish { file, registry }) => {
+            let engine = engine(cli.cache_dir)?;
+            let registry = open_registry(registry);
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let loaded = match Catalog::new(&engine).load_path(&file) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            match registry.publish(&loaded, &bytes) {
+                Ok((package, v)) => {
+                    println!(
+                        "published {package}@{} ({}, sha256:{}) to {}",
+                        v.version,
+                        v.kind,
+                        v.sha256,
+                        registry.root().display()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::Yank { package, registry }) => {
+            let registry = open_registry(registry);
+            let result = package
+                .split_once('@')
+                .ok_or_else(|| {
+                    anyhow::anyhow!("give `namespace:name@version`, e.g. acme:geo-fence@1.2.0")
+                })
+                .and_then(|(name, version)| {
+                    let name = fvhost::registry::PackageName::parse(name)?;
+                    registry.yank(&name, version)?;
+                    Ok(())
+                });
+            match result {
+                Ok(()) => {
+                    println!("yanked {package}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::Update {
+            topology,
+            package,
+            registry,
+        }) => {
+            let mut options = fvhost::registry::lock::ResolveOptions::defaults();
+            options.registry = open_registry(registry);
+            options.update = Some(package);
+            let resolved = Topology::load(&topology)
+                .and_then(|mut t| fvhost::registry::lock::resolve_topology(&mut t, &options));
+            match resolved {
+                Ok(()) => {
+                    println!(
+                        "{} updated",
+                        fvhost::registry::lock::lock_path(&topology).display()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(d) => {
+                    eprintln!("{d}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
         }
         Command::Plugin(PluginCommand::Inspect { plugin }) => {
             let engine = engine(cli.cache_dir)?;
@@ -507,7 +666,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let m = &p.metadata;
             println!("name:        {}", m.name);
+            println!("package:     {}", m.package);
             println!("version:     {}", m.version);
+            println!("license:     {}", m.license);
             println!("kind:        {}", m.kind);
             println!("world:       fv:plugin/{}-plugin@{}", m.kind, m.contract);
             println!(
@@ -532,8 +693,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Load and plan a topology; on any error print every diagnostic and
 /// return the config-error exit code.
-fn load_and_plan(path: &std::path::Path, engine: &PluginEngine) -> Result<runtime::Plan, ExitCode> {
-    let planned = Topology::load(path).and_then(|t| runtime::plan(t, engine));
+fn load_and_plan(
+    path: &std::path::Path,
+    engine: &PluginEngine,
+    plugins: &fvhost::registry::lock::ResolveOptions,
+) -> Result<runtime::Plan, ExitCode> {
+    let planned = Topology::load(path).and_then(|mut t| {
+        fvhost::registry::lock::resolve_topology(&mut t, plugins)?;
+        runtime::plan(t, engine)
+    });
     planned.map_err(|diagnostics| {
         eprintln!("{diagnostics}");
         ExitCode::from(EXIT_CONFIG)

@@ -14,6 +14,7 @@ mod nexmark;
 mod object_store;
 mod pipelines;
 mod poison;
+mod registry;
 mod sandbox;
 mod serve;
 mod stateful;

@@ -84,6 +84,8 @@ pub struct CoordinatorConfig {
     pub topology_digest: String,
     /// Plugin reference → digest.
     pub plugins: BTreeMap<String, String>,
+    /// Plugin package → version.
+    pub plugin_versions: BTreeMap<String, String>,
     /// Time between epochs.
     pub interval: Duration,
     /// Manifests kept.
@@ -264,6 +266,7 @@ impl Coordinator {
             epoch,
             topology_digest: self.config.topology_digest.clone(),
             plugins: self.config.plugins.clone(),
+            plugin_versions: self.config.plugin_versions.clone(),
             sources: positions
                 .iter()
                 .map(|(s, p)| {

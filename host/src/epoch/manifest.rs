@@ -31,6 +31,10 @@ pub struct Manifest {
     pub topology_digest: String,
     /// Plugin reference → SHA-256 of its component.
     pub plugins: BTreeMap<String, String>,
+    /// Plugin package (`namespace:name`) → its version, so a restart after
+    /// an upgrade can tell a compatible one from a breaking one.
+    #[serde(default)]
+    pub plugin_versions: BTreeMap<String, String>,
     /// Source name → the positions of all its splits after this epoch.
     pub sources: BTreeMap<String, Vec<SplitPositionRecord>>,
     /// Sink name → task index → hex of the handle `prepare` returned.

@@ -459,6 +459,7 @@ mod tests {
             epoch,
             topology_digest: "d".into(),
             plugins: BTreeMap::new(),
+            plugin_versions: BTreeMap::new(),
             sources: BTreeMap::from([(
                 "s".to_string(),
                 vec![SplitPositionRecord {

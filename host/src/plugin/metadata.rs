@@ -95,8 +95,15 @@ impl fmt::Display for PluginKind {
 /// Everything the host knows about a plugin before running it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginMetadata {
-    /// Package name (from the plugin's Cargo package).
+    /// Name (from the plugin's Cargo package).
     pub name: String,
+    /// Registry package, `namespace:name` (`local:<name>` by default).
+    pub package: String,
+    /// SPDX license expression.
+    pub license: String,
+    /// The kind the metadata section claims (must equal `kind`, which
+    /// comes from the exports).
+    pub claimed_kind: String,
     /// Plugin version.
     pub version: String,
     /// Kind, from the exported `fv:plugin` interface.
@@ -170,6 +177,9 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
     let section = custom_section(bytes, "fv-plugin-metadata")?;
     let mut meta = PluginMetadata {
         name: String::new(),
+        package: String::new(),
+        license: String::new(),
+        claimed_kind: kind.as_str().to_string(),
         version: String::new(),
         kind,
         description: String::new(),
@@ -180,6 +190,9 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
         for line in String::from_utf8_lossy(&text).lines() {
             match line.split_once('=') {
                 Some(("name", v)) => meta.name = v.to_string(),
+                Some(("package", v)) => meta.package = v.to_string(),
+                Some(("license", v)) => meta.license = v.to_string(),
+                Some(("kind", v)) => meta.claimed_kind = v.to_string(),
                 Some(("version", v)) => meta.version = v.to_string(),
                 Some(("description", v)) => meta.description = v.to_string(),
                 _ => {}

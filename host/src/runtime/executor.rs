@@ -85,6 +85,7 @@ pub fn run(
     let mut restored_positions = BTreeMap::new();
     if let Some(m) = &restored {
         check_state_formats(&plan, m)?;
+        check_plugin_versions(&plan, m)?;
         restored_positions = restore(&mut plan, m)?;
         if m.topology_digest != plan.topology.digest {
             tracing::warn!(
@@ -329,6 +330,12 @@ pub fn run(
                 .iter()
                 .map(|(r, p)| (r.clone(), p.digest.clone()))
                 .collect(),
+            plugin_versions: plan
+                .plugins
+                .values()
+                .filter(|p| !p.metadata.package.is_empty())
+                .map(|p| (p.metadata.package.clone(), p.metadata.version.clone()))
+                .collect(),
             interval: settings.checkpoint_interval,
             retain: settings.checkpoint_retain,
             first_epoch,
@@ -361,6 +368,48 @@ pub fn run(
         Some(message) => Err(RunError::Task(message)),
         None => Ok(report),
     }
+}
+
+/// Refuse to resume with a plugin whose major version (minor, before 1.0)
+/// changed since the manifest: its positions and sink handles are its own
+/// format, and semver says a new major may not read the old one.
+fn check_plugin_versions(plan: &Plan, manifest: &Manifest) -> Result<(), RunError> {
+    for plugin in plan.plugins.values() {
+        let m = &plugin.metadata;
+        let Some(before) = manifest.plugin_versions.get(&m.package) else {
+            continue;
+        };
+        if *before == m.version {
+            continue;
+        }
+        let (Ok(old), Ok(new)) = (
+            semver::Version::parse(before),
+            semver::Version::parse(&m.version),
+        ) else {
+            continue;
+        };
+        let compatible = if old.major == 0 && new.major == 0 {
+            old.minor == new.minor
+        } else {
+            old.major == new.major
+        };
+        if !compatible {
+            return Err(RunError::Restore {
+                epoch: manifest.epoch,
+                message: format!(
+                    "plugin `{}` was {before} when epoch {} was checkpointed and is {} now, an incompatible version (semver: another major, or another minor before 1.0) that may not read the positions and sink handles the old one wrote; run {before} (pin it: `{}@={before}`), or start over with --from-scratch",
+                    m.package, manifest.epoch, m.version, m.package
+                ),
+            });
+        }
+        tracing::info!(
+            plugin = %m.package,
+            "resuming epoch {} with {} (checkpointed with {before}, a compatible version)",
+            manifest.epoch,
+            m.version
+        );
+    }
+    Ok(())
 }
 
 /// Refuse to resume a stateful stage from state written with another

@@ -195,7 +195,15 @@ impl TopologySet {
         let existed = dir.exists();
         let graph = graph_of(&probe);
         let planned = Topology::parse(&dir.join(TOPOLOGY_FILE), text)
-            .and_then(|t| runtime::plan(t, &self.engine))
+            .and_then(|mut t| {
+                // Registry plugins resolve against the server's registry;
+                // the lock is kept beside the hosted topology.
+                crate::registry::lock::resolve_topology(
+                    &mut t,
+                    &crate::registry::lock::ResolveOptions::defaults(),
+                )?;
+                runtime::plan(t, &self.engine)
+            })
             .map_err(invalid);
         let plan = match planned {
             Ok(plan) => plan,
@@ -240,7 +248,12 @@ impl TopologySet {
             entry.dir.clone()
         };
         let path = dir.join(TOPOLOGY_FILE);
-        let topology = Topology::load(&path).map_err(invalid)?;
+        let mut topology = Topology::load(&path).map_err(invalid)?;
+        crate::registry::lock::resolve_topology(
+            &mut topology,
+            &crate::registry::lock::ResolveOptions::defaults(),
+        )
+        .map_err(invalid)?;
         let plan = runtime::plan(topology, &self.engine).map_err(invalid)?;
         let mut hosted = self.lock();
         let entry = entry_of(&mut hosted, name)?;

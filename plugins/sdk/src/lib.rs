@@ -102,7 +102,7 @@ pub use source::{Poll, Rejected, Source, SplitPosition};
 pub use step::{ProcessError, RowError, Step, StepOutput};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// Generated WIT glue and the adapters between it and the SDK traits.
 /// Not part of the public API: only the export macros use it.
@@ -132,18 +132,27 @@ pub mod __private {
 
 /// Embed the plugin's metadata in the `fv-plugin-metadata` custom section:
 /// `key=value` lines that the host reads without instantiating the plugin.
+/// `package` is the registry name (`namespace:name`); without one it is
+/// `local:<crate name>`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __fv_plugin_metadata {
     ($kind:literal) => {
+        $crate::__fv_plugin_metadata!($kind, concat!("local:", env!("CARGO_PKG_NAME")));
+    };
+    ($kind:literal, $package:expr) => {
         const __FV_PLUGIN_METADATA_TEXT: &str = concat!(
             "name=",
             env!("CARGO_PKG_NAME"),
+            "\npackage=",
+            $package,
             "\nversion=",
             env!("CARGO_PKG_VERSION"),
             "\nkind=",
             $kind,
-            "\ncontract=0.2.0",
+            "\ncontract=0.3.0",
+            "\nlicense=",
+            env!("CARGO_PKG_LICENSE"),
             "\ndescription=",
             env!("CARGO_PKG_DESCRIPTION"),
             "\n"
@@ -157,56 +166,77 @@ macro_rules! __fv_plugin_metadata {
 }
 
 /// Export a [`Source`] implementation as this component's source plugin.
+///
+/// `export_source!(MyType, package = "acme:my-plugin")` names the registry
+/// package (`namespace:name`) in the metadata; without it the package is
+/// `local:<crate name>`.
 #[macro_export]
 macro_rules! export_source {
     ($ty:ty) => {
+        $crate::export_source!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
+    };
+    ($ty:ty, package = $package:expr) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvSourceComponent;
         impl $crate::__private::source_world::exports::fv::plugin::source::Guest for __FvSourceComponent {
             type Source = $crate::__private::SourceAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::source_world::export_source_world!(__FvSourceComponent with_types_in $crate::__private::source_world);
-        $crate::__fv_plugin_metadata!("source");
+        $crate::__fv_plugin_metadata!("source", $package);
     };
 }
 
 /// Export a [`Sink`] implementation as this component's sink plugin.
+///
+/// `export_sink!(MyType, package = "acme:my-plugin")` names the registry
+/// package (`namespace:name`) in the metadata; without it the package is
+/// `local:<crate name>`.
 #[macro_export]
 macro_rules! export_sink {
     ($ty:ty) => {
+        $crate::export_sink!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
+    };
+    ($ty:ty, package = $package:expr) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvSinkComponent;
         impl $crate::__private::sink_world::exports::fv::plugin::sink::Guest for __FvSinkComponent {
             type Sink = $crate::__private::SinkAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::sink_world::export_sink_world!(__FvSinkComponent with_types_in $crate::__private::sink_world);
-        $crate::__fv_plugin_metadata!("sink");
+        $crate::__fv_plugin_metadata!("sink", $package);
     };
 }
 
 /// Export a [`Step`] implementation as this component's step plugin.
+///
+/// `export_step!(MyType, package = "acme:my-plugin")` names the registry
+/// package (`namespace:name`) in the metadata; without it the package is
+/// `local:<crate name>`.
 #[macro_export]
 macro_rules! export_step {
     ($ty:ty) => {
+        $crate::export_step!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
+    };
+    ($ty:ty, package = $package:expr) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvStepComponent;
         impl $crate::__private::step_world::exports::fv::plugin::step::Guest for __FvStepComponent {
             type Step = $crate::__private::StepAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.2.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);
-        $crate::__fv_plugin_metadata!("step");
+        $crate::__fv_plugin_metadata!("step", $package);
     };
 }
 
