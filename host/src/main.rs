@@ -244,6 +244,14 @@ fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
     }
 }
 
+/// The kind of plugin `fvhost plugin new` scaffolds.
+#[derive(Clone, Copy, ValueEnum)]
+enum NewKind {
+    Source,
+    Sink,
+    Step,
+}
+
 #[derive(Subcommand)]
 enum PluginCommand {
     /// List the first-party plugins built into this fvhost, then the
@@ -270,6 +278,23 @@ enum PluginCommand {
         /// The registry directory.
         #[arg(long, value_name = "DIR")]
         registry: Option<PathBuf>,
+    },
+    /// Scaffold a plugin crate (SDK dependency, a working example of its
+    /// kind, a test) that builds with `cargo build --release --target
+    /// wasm32-wasip2` and publishes as is.
+    New {
+        /// The package, `namespace:name` (or just `name`: `local:name`).
+        name: String,
+        /// What the plugin is.
+        #[arg(long, value_enum)]
+        kind: NewKind,
+        /// Where to create it [default: ./<name>].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The fv-plugin-sdk crate to depend on [default: the SDK of the
+        /// source tree this fvhost was built from].
+        #[arg(long)]
+        sdk: Option<PathBuf>,
     },
     /// Move a topology's lock forward within its requirements: every
     /// package, or only `package`.
@@ -617,6 +642,59 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             match result {
                 Ok(()) => {
                     println!("yanked {package}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::New {
+            name,
+            kind,
+            dir,
+            sdk,
+        }) => {
+            use fvhost::registry::scaffold::{ScaffoldKind, new_plugin};
+            let full = if name.contains(':') {
+                name
+            } else {
+                format!("local:{name}")
+            };
+            let package = match fvhost::registry::PackageName::parse(&full) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let sdk = match sdk {
+                Some(p) => p,
+                None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk")),
+            };
+            let Ok(sdk) = sdk.canonicalize() else {
+                eprintln!(
+                    "error: no fv-plugin-sdk at {}; pass --sdk <path to plugins/sdk of an fvhost checkout>",
+                    sdk.display()
+                );
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&package.name));
+            let kind = match kind {
+                NewKind::Source => ScaffoldKind::Source,
+                NewKind::Sink => ScaffoldKind::Sink,
+                NewKind::Step => ScaffoldKind::Step,
+            };
+            match new_plugin(&dir, &package, kind, &sdk) {
+                Ok(files) => {
+                    for f in files {
+                        println!("created {}", f.display());
+                    }
+                    println!(
+                        "next: cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+                        dir.display()
+                    );
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {

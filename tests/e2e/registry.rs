@@ -232,3 +232,79 @@ fn the_lock_moves_only_on_update_and_a_breaking_upgrade_is_refused_at_restart() 
         refused.stderr
     );
 }
+
+#[test]
+fn a_scaffolded_step_builds_for_wasm_publishes_and_runs_in_a_topology() {
+    let s = Scratch::new();
+    let new = fvhost(&s, &["plugin", "new", "acme:above-min", "--kind", "step"]);
+    assert_exit(&new, 0);
+    let dir = s.path().join("above-min");
+    assert!(dir.join("src/lib.rs").exists(), "{}", new.stdout);
+    // Same dependency versions as this workspace, so the build reuses the
+    // plugins' compiled dependencies.
+    std::fs::copy(
+        crate::support::repo().join("Cargo.lock"),
+        dir.join("Cargo.lock"),
+    )
+    .expect("lock");
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("plugins");
+    let build = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(&dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("cargo build");
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let wasm = target.join("wasm32-wasip2/release/above_min.wasm");
+    let published = fvhost(&s, &["plugin", "publish", wasm.to_str().expect("utf-8")]);
+    assert_exit(&published, 0);
+    assert!(
+        published
+            .stdout
+            .contains("published acme:above-min@0.1.0 (step"),
+        "{}",
+        published.stdout
+    );
+    s.write(
+        "t.toml",
+        &topology("acme:above-min@^0.1").replace(
+            "{ mode = \"filter\", value = 89 }",
+            "{ column = \"price\", min = 94 }",
+        ),
+    );
+    let run = fvhost(
+        &s,
+        &["run", "t.toml", "--no-progress", "--registry", "registry"],
+    );
+    assert_exit(&run, 0);
+    assert_eq!(
+        int_column(&s.output_lines("out"), "price"),
+        (95..100).collect::<Vec<i64>>()
+    );
+    // A config the plugin refuses names the key.
+    s.write(
+        "t.toml",
+        &topology("acme:above-min@^0.1").replace(
+            "{ mode = \"filter\", value = 89 }",
+            "{ column = \"nope\", min = 1 }",
+        ),
+    );
+    let run = fvhost(&s, &["validate", "t.toml"]);
+    assert_exit(&run, 2);
+    assert!(run.stderr.contains("column"), "{}", run.stderr);
+}

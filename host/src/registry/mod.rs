@@ -10,6 +10,7 @@
 
 mod local;
 pub mod lock;
+pub mod scaffold;
 
 use std::fmt;
 use std::path::PathBuf;
