@@ -6,9 +6,7 @@
 //! message count, default 500,000). Needs tansu: `FVHOST_TANSU`, the CI's
 //! cache (`/var/tmp/fvhost-tools/bin/tansu`) or the PATH.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,64 +14,24 @@ use fvhost::epoch::EpochStore;
 use fvhost::plugin::PluginEngine;
 use fvhost::runtime::{self, RunControl, StageMetrics};
 use fvhost::topology::Topology;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+// The tests' broker harness (tansu on a free port), shared rather than
+// repeated; the bench uses part of it.
+#[path = "../../tests/e2e/kafka/broker.rs"]
+#[allow(dead_code)]
+mod broker;
+use broker::{Broker, send_retrying};
 
 const PARTITIONS: i32 = 4;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn tansu() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FVHOST_TANSU") {
-        return Some(PathBuf::from(p));
-    }
-    let cached = PathBuf::from("/var/tmp/fvhost-tools/bin/tansu");
-    if cached.exists() {
-        return Some(cached);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("tansu"))
-        .find(|p| p.exists())
-}
-
-fn config(addr: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", addr);
-    c
-}
-
-fn create_topics(addr: &str, topics: &[&str]) {
-    let admin: AdminClient<DefaultClientContext> = config(addr).create().expect("admin");
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)))
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    for r in futures::executor::block_on(admin.create_topics(&new, &opts)).expect("create") {
-        r.expect("topic created");
-    }
-}
-
-fn send(
-    producer: &ThreadedProducer<DefaultProducerContext>,
-    mut record: BaseRecord<'_, [u8], [u8]>,
-) {
-    loop {
-        match producer.send(record) {
-            Ok(()) => return,
-            Err((_, back)) => {
-                record = back;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-}
-
 /// `events` Nexmark-shaped bids as JSON, spread over the partitions.
-fn fill(addr: &str, events: u64) {
-    let producer: ThreadedProducer<DefaultProducerContext> = config(addr)
+fn fill(broker: &Broker, events: u64) {
+    let producer: ThreadedProducer<DefaultProducerContext> = broker
+        .config()
         .set("linger.ms", "20")
         .create()
         .expect("producer");
@@ -93,21 +51,23 @@ fn fill(addr: &str, events: u64) {
             .partition((i % PARTITIONS as u64) as i32)
             .key(key.as_bytes())
             .payload(payload.as_bytes());
-        send(&producer, record);
+        send_retrying(&producer, record);
     }
     producer.flush(TIMEOUT).expect("flush");
 }
 
 /// The ceiling: consume `in` on one thread and produce every message to
 /// `out` on another (pipelined, as the plugins' source and sink tasks are).
-fn ceiling(addr: &str, events: u64, out: &str) -> Duration {
+fn ceiling(broker: &Broker, events: u64, out: &str) -> Duration {
     let started = Instant::now();
-    let consumer: BaseConsumer = config(addr)
+    let consumer: BaseConsumer = broker
+        .config()
         .set("group.id", "bench-ceiling")
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
-    let producer: ThreadedProducer<DefaultProducerContext> = config(addr)
+    let producer: ThreadedProducer<DefaultProducerContext> = broker
+        .config()
         .set("enable.idempotence", "true")
         .create()
         .expect("producer");
@@ -146,7 +106,7 @@ fn ceiling(addr: &str, events: u64, out: &str) -> Duration {
                 .partition(*partition)
                 .key(key.as_slice())
                 .payload(payload.as_slice());
-            send(&producer, record);
+            send_retrying(&producer, record);
         }
     }
     reader.join().expect("reader");
@@ -189,53 +149,32 @@ config = {{ brokers = "{addr}", topic = "fv-out", key = "auction", delivery = "a
 }
 
 fn main() {
-    let Some(tansu) = tansu() else {
+    if broker::tansu_binary().is_none() {
         println!(
             "kafka bench skipped: no tansu binary (FVHOST_TANSU, /var/tmp/fvhost-tools/bin or PATH)"
         );
         return;
-    };
+    }
     let events: u64 = std::env::var("FV_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500_000);
     let dir = tempfile::tempdir().expect("dir");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let url = format!("tcp://127.0.0.1:{port}");
-    let mut broker = Command::new(tansu)
-        .args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-        ])
-        .args(["--storage-engine", "sqlite://tansu.db"])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tansu");
-    let addr = format!("127.0.0.1:{port}");
-    let started = Instant::now();
-    while TcpStream::connect(&addr).is_err() {
-        assert!(started.elapsed() < TIMEOUT, "tansu did not start");
-        std::thread::sleep(Duration::from_millis(50));
+    let broker = Broker::start();
+    let addr = broker.addr();
+    for topic in ["in", "ceiling-out", "ceiling-out-2", "fv-out"] {
+        broker.create_topic(topic, PARTITIONS);
     }
-    create_topics(&addr, &["in", "ceiling-out", "ceiling-out-2", "fv-out"]);
-    fill(&addr, events);
+    fill(&broker, events);
     let engine = PluginEngine::new(PluginEngine::default_cache_dir()).expect("engine");
     // Warm the component cache so compiling is not measured.
     let _ = fvhost::plugin::Catalog::new(&engine).load_named("kafka-source");
     let _ = fvhost::plugin::Catalog::new(&engine).load_named("kafka-sink");
     // The ceiling runs before and after the plugins (the broker's caches
     // warm up); the faster of the two counts.
-    let first = ceiling(&addr, events, "ceiling-out");
+    let first = ceiling(&broker, events, "ceiling-out");
     let plugins = through_plugins(&engine, dir.path(), &addr);
-    let base = first.min(ceiling(&addr, events, "ceiling-out-2"));
+    let base = first.min(ceiling(&broker, events, "ceiling-out-2"));
     let rate = |d: Duration| events as f64 / d.as_secs_f64();
     println!(
         "kafka → kafka, {events} JSON messages, {PARTITIONS} partitions, tansu (sqlite) on 127.0.0.1"
@@ -253,6 +192,4 @@ fn main() {
         rate(plugins),
         rate(plugins) / rate(base)
     );
-    let _ = broker.kill();
-    let _ = broker.wait();
 }

@@ -12,10 +12,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use fvhost::epoch::EpochStore;
-use fvhost::plugin::{Catalog, PluginEngine, SUPPORTED_CONTRACT};
+use fvhost::plugin::PluginEngine;
 use fvhost::runtime::status::{self, Heartbeat, RunState};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
+
+mod plugin_command;
 
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
@@ -169,9 +171,10 @@ enum Command {
         #[arg(long)]
         insecure: bool,
     },
-    /// Inspect, publish, yank and list plugins; update a topology's plugin lock.
+    /// Plugins and their registries: list, inspect, publish, pull, yank,
+    /// scaffold a new one, update a topology's lock.
     #[command(subcommand)]
-    Plugin(PluginCommand),
+    Plugin(plugin_command::PluginCommand),
 }
 
 /// How registry plugins (`plugin = "acme:geo-fence@^1.2"`) are resolved.
@@ -180,19 +183,24 @@ struct PluginResolution {
     /// Fail if `<topology>.lock` would change (CI, production).
     #[arg(long)]
     locked: bool,
-    /// The plugin registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
-    #[arg(long, value_name = "DIR")]
-    registry: Option<PathBuf>,
+    /// The plugin registry: a directory, or an OCI registry
+    /// `oci://host[:port][/prefix]` [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
+    #[arg(long, value_name = "DIR|oci://…")]
+    registry: Option<String>,
 }
 
 impl PluginResolution {
-    fn options(&self) -> fvhost::registry::lock::ResolveOptions {
-        let mut o = fvhost::registry::lock::ResolveOptions::defaults();
-        if let Some(dir) = &self.registry {
-            o.registry = fvhost::registry::LocalRegistry::open(dir);
+    fn options(&self) -> Result<fvhost::registry::lock::ResolveOptions, ExitCode> {
+        let refuse = |e: fvhost::registry::RegistryError| {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        };
+        let mut o = fvhost::registry::lock::ResolveOptions::defaults().map_err(refuse)?;
+        if let Some(location) = &self.registry {
+            o.registry = fvhost::registry::Registry::open(location).map_err(refuse)?;
         }
         o.locked = self.locked;
-        o
+        Ok(o)
     }
 }
 
@@ -244,76 +252,6 @@ fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
     }
 }
 
-/// The kind of plugin `fvhost plugin new` scaffolds.
-#[derive(Clone, Copy, ValueEnum)]
-enum NewKind {
-    Source,
-    Sink,
-    Step,
-}
-
-#[derive(Subcommand)]
-enum PluginCommand {
-    /// List the first-party plugins built into this fvhost, then the
-    /// packages of the registry (name, versions, kind).
-    List {
-        /// The registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
-        #[arg(long, value_name = "DIR")]
-        registry: Option<PathBuf>,
-    },
-    /// Publish a plugin component to the registry under the package name
-    /// and version in its metadata. Versions are immutable.
-    Publish {
-        /// The `.wasm` component.
-        file: PathBuf,
-        /// The registry directory [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry].
-        #[arg(long, value_name = "DIR")]
-        registry: Option<PathBuf>,
-    },
-    /// Hide a published version from new resolutions (locks that pin it
-    /// keep working).
-    Yank {
-        /// `namespace:name@version`.
-        package: String,
-        /// The registry directory.
-        #[arg(long, value_name = "DIR")]
-        registry: Option<PathBuf>,
-    },
-    /// Scaffold a plugin crate (SDK dependency, a working example of its
-    /// kind, a test) that builds with `cargo build --release --target
-    /// wasm32-wasip2` and publishes as is.
-    New {
-        /// The package, `namespace:name` (or just `name`: `local:name`).
-        name: String,
-        /// What the plugin is.
-        #[arg(long, value_enum)]
-        kind: NewKind,
-        /// Where to create it [default: ./<name>].
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// The fv-plugin-sdk crate to depend on [default: the SDK of the
-        /// source tree this fvhost was built from].
-        #[arg(long)]
-        sdk: Option<PathBuf>,
-    },
-    /// Move a topology's lock forward within its requirements: every
-    /// package, or only `package`.
-    Update {
-        /// The topology file.
-        topology: PathBuf,
-        /// Only this package (`namespace:name`).
-        package: Option<String>,
-        /// The registry directory.
-        #[arg(long, value_name = "DIR")]
-        registry: Option<PathBuf>,
-    },
-    /// Show a plugin's metadata, kind, contract version, imports and exports.
-    Inspect {
-        /// A first-party plugin name or a path to a `.wasm` component.
-        plugin: String,
-    },
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -342,12 +280,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn open_registry(dir: Option<PathBuf>) -> fvhost::registry::LocalRegistry {
-    fvhost::registry::LocalRegistry::open(
-        dir.unwrap_or_else(fvhost::registry::default_registry_dir),
-    )
-}
-
 fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<PluginEngine> {
     let dir = cache_dir.or_else(PluginEngine::default_cache_dir);
     PluginEngine::new(dir).context("starting the Wasm engine")
@@ -357,7 +289,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate { topology, plugins } => {
             let engine = engine(cli.cache_dir)?;
-            let plan = match load_and_plan(&topology, &engine, &plugins.options()) {
+            let plan = match load_and_plan(&topology, &engine, &plugins) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
@@ -383,7 +315,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             plugins,
         } => {
             let engine = engine(cli.cache_dir)?;
-            let plan = match load_and_plan(&topology, &engine, &plugins.options()) {
+            let plan = match load_and_plan(&topology, &engine, &plugins) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
@@ -569,202 +501,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin(PluginCommand::List { registry }) => {
-            let engine = engine(cli.cache_dir)?;
-            let catalog = Catalog::new(&engine);
-            println!("{:<16} {:<7} {:<9} description", "name", "kind", "version");
-            for name in Catalog::first_party_names() {
-                let p = catalog.load_named(name)?;
-                println!(
-                    "{:<16} {:<7} {:<9} {}",
-                    name, p.metadata.kind, p.metadata.version, p.metadata.description
-                );
-            }
-            let registry = open_registry(registry);
-            let packages = registry.packages()?;
-            println!();
-            println!("registry {}:", registry.root().display());
-            if packages.is_empty() {
-                println!("  (no packages)");
-            }
-            for (package, versions) in packages {
-                let kind = versions.last().map(|v| v.kind.as_str()).unwrap_or("");
-                println!(
-                    "  {:<28} {:<7} {}",
-                    package.to_string(),
-                    kind,
-                    fvhost::registry::published_list(&versions)
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Plugin(PluginCommand::Publish { file, registry }) => {
-            let engine = engine(cli.cache_dir)?;
-            let registry = open_registry(registry);
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let loaded = match Catalog::new(&engine).load_path(&file) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
-            };
-            match registry.publish(&loaded, &bytes) {
-                Ok((package, v)) => {
-                    println!(
-                        "published {package}@{} ({}, sha256:{}) to {}",
-                        v.version,
-                        v.kind,
-                        v.sha256,
-                        registry.root().display()
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    Ok(ExitCode::from(EXIT_CONFIG))
-                }
-            }
-        }
-        Command::Plugin(PluginCommand::Yank { package, registry }) => {
-            let registry = open_registry(registry);
-            let result = package
-                .split_once('@')
-                .ok_or_else(|| {
-                    anyhow::anyhow!("give `namespace:name@version`, e.g. acme:geo-fence@1.2.0")
-                })
-                .and_then(|(name, version)| {
-                    let name = fvhost::registry::PackageName::parse(name)?;
-                    registry.yank(&name, version)?;
-                    Ok(())
-                });
-            match result {
-                Ok(()) => {
-                    println!("yanked {package}");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    Ok(ExitCode::from(EXIT_CONFIG))
-                }
-            }
-        }
-        Command::Plugin(PluginCommand::New {
-            name,
-            kind,
-            dir,
-            sdk,
-        }) => {
-            use fvhost::registry::scaffold::{ScaffoldKind, new_plugin};
-            let full = if name.contains(':') {
-                name
-            } else {
-                format!("local:{name}")
-            };
-            let package = match fvhost::registry::PackageName::parse(&full) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
-            };
-            let sdk = match sdk {
-                Some(p) => p,
-                None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk")),
-            };
-            let Ok(sdk) = sdk.canonicalize() else {
-                eprintln!(
-                    "error: no fv-plugin-sdk at {}; pass --sdk <path to plugins/sdk of an fvhost checkout>",
-                    sdk.display()
-                );
-                return Ok(ExitCode::from(EXIT_CONFIG));
-            };
-            let dir = dir.unwrap_or_else(|| PathBuf::from(&package.name));
-            let kind = match kind {
-                NewKind::Source => ScaffoldKind::Source,
-                NewKind::Sink => ScaffoldKind::Sink,
-                NewKind::Step => ScaffoldKind::Step,
-            };
-            match new_plugin(&dir, &package, kind, &sdk) {
-                Ok(files) => {
-                    for f in files {
-                        println!("created {}", f.display());
-                    }
-                    println!(
-                        "next: cd {} && cargo test && cargo build --release --target wasm32-wasip2",
-                        dir.display()
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    Ok(ExitCode::from(EXIT_CONFIG))
-                }
-            }
-        }
-        Command::Plugin(PluginCommand::Update {
-            topology,
-            package,
-            registry,
-        }) => {
-            let mut options = fvhost::registry::lock::ResolveOptions::defaults();
-            options.registry = open_registry(registry);
-            options.update = Some(package);
-            let resolved = Topology::load(&topology)
-                .and_then(|mut t| fvhost::registry::lock::resolve_topology(&mut t, &options));
-            match resolved {
-                Ok(()) => {
-                    println!(
-                        "{} updated",
-                        fvhost::registry::lock::lock_path(&topology).display()
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(d) => {
-                    eprintln!("{d}");
-                    Ok(ExitCode::from(EXIT_CONFIG))
-                }
-            }
-        }
-        Command::Plugin(PluginCommand::Inspect { plugin }) => {
-            let engine = engine(cli.cache_dir)?;
-            let catalog = Catalog::new(&engine);
-            let loaded = if plugin.ends_with(".wasm") || std::path::Path::new(&plugin).exists() {
-                catalog.load_path(std::path::Path::new(&plugin))
-            } else {
-                catalog.load_named(&plugin)
-            };
-            let p = match loaded {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
-            };
-            let m = &p.metadata;
-            println!("name:        {}", m.name);
-            println!("package:     {}", m.package);
-            println!("version:     {}", m.version);
-            println!("license:     {}", m.license);
-            println!("kind:        {}", m.kind);
-            println!("world:       fv:plugin/{}-plugin@{}", m.kind, m.contract);
-            println!(
-                "contract:    fv:plugin {} (this host supports {})",
-                m.contract, SUPPORTED_CONTRACT
-            );
-            println!("description: {}", m.description);
-            println!("digest:      sha256:{}", p.digest);
-            println!("size:        {} bytes", p.size);
-            println!("exports:");
-            for e in p.exports.iter() {
-                println!("  {e}");
-            }
-            println!("imports:");
-            for i in p.imports.iter() {
-                println!("  {i}");
-            }
-            Ok(ExitCode::SUCCESS)
+        Command::Plugin(command) => {
+            let cache_dir = cli.cache_dir;
+            plugin_command::execute(command, || engine(cache_dir.clone()))
         }
     }
 }
@@ -774,10 +513,11 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
 fn load_and_plan(
     path: &std::path::Path,
     engine: &PluginEngine,
-    plugins: &fvhost::registry::lock::ResolveOptions,
+    plugins: &PluginResolution,
 ) -> Result<runtime::Plan, ExitCode> {
+    let plugins = plugins.options()?;
     let planned = Topology::load(path).and_then(|mut t| {
-        fvhost::registry::lock::resolve_topology(&mut t, plugins)?;
+        fvhost::registry::lock::resolve_topology(&mut t, &plugins)?;
         runtime::plan(t, engine)
     });
     planned.map_err(|diagnostics| {

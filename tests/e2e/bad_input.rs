@@ -104,7 +104,7 @@ fn sql_with_an_unknown_column_is_refused_before_running() {
 }
 
 #[test]
-fn a_config_the_plugin_refuses_points_at_the_key() {
+fn a_config_its_schema_refuses_points_at_the_key_before_the_plugin_runs() {
     let s = Scratch::new();
     let run = validate(
         &s,
@@ -119,7 +119,26 @@ fn a_config_the_plugin_refuses_points_at_the_key() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("unknown Nexmark stream `bids`"),
+        run.stderr.contains("\"bids\" is not one of")
+            && run.stderr.contains("(the config schema of `generator`)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_config_the_plugin_itself_refuses_points_at_the_key() {
+    // Valid by the schema (any column name); only the plugin, which sees
+    // the input's columns, can refuse it.
+    let s = Scratch::new();
+    let run = validate(
+        &s,
+        "[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", events = 3 }\n\n[stages.r]\ninput = \"n\"\nplugin = \"pii-redactor\"\nconfig = { columns = [\"email\"] }\n\n[sinks.out]\ninput = \"r\"\nplugin = \"blackhole-sink\"\n",
+    );
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("`stages.r.config.columns.0`")
+            && run.stderr.contains("no column `email` in the input"),
         "{}",
         run.stderr
     );
@@ -134,7 +153,8 @@ fn a_config_of_the_wrong_type_names_the_key() {
     );
     assert_exit(&run, 2);
     assert!(
-        run.stderr.contains("`sources.n.config.events`") && run.stderr.contains("invalid type"),
+        run.stderr.contains("`sources.n.config.events`")
+            && run.stderr.contains("\"many\" is not of type \"integer\""),
         "{}",
         run.stderr
     );

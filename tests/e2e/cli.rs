@@ -2,6 +2,15 @@
 
 use crate::support::{Scratch, assert_exit, repo, test_step_wasm};
 
+/// The value of `name:` in `fvhost plugin inspect` output.
+fn field<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no `{name}:` in\n{stdout}"))
+}
+
 #[test]
 fn plugin_list_names_every_first_party_plugin_with_its_kind() {
     let s = Scratch::new();
@@ -18,7 +27,7 @@ fn plugin_list_names_every_first_party_plugin_with_its_kind() {
         let line = run
             .stdout
             .lines()
-            .find(|l| l.starts_with(name))
+            .find(|l| l.starts_with(&format!("fv:{name} ")))
             .unwrap_or_else(|| panic!("{name} missing:\n{}", run.stdout));
         assert!(line.split_whitespace().nth(1) == Some(kind), "{line}");
     }
@@ -30,18 +39,19 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
     let wasm = test_step_wasm();
     let run = s.fvhost(&["plugin", "inspect", wasm.to_str().expect("utf-8 path")]);
     assert_exit(&run, 0);
-    assert!(
-        run.stdout.contains("name:        test-step"),
-        "{}",
-        run.stdout
+    assert_eq!(field(&run.stdout, "name"), "test-step", "{}", run.stdout);
+    assert_eq!(field(&run.stdout, "kind"), "step");
+    assert_eq!(field(&run.stdout, "world"), "fv:plugin/step-plugin@0.3.0");
+    assert_eq!(
+        field(&run.stdout, "capabilities"),
+        "files (allow_read / allow_write)"
     );
-    assert!(run.stdout.contains("kind:        step"), "{}", run.stdout);
-    assert!(
-        run.stdout
-            .contains("world:       fv:plugin/step-plugin@0.3.0"),
-        "{}",
-        run.stdout
-    );
+    let schema = run
+        .stdout
+        .split("config schema:")
+        .nth(1)
+        .expect("config schema section");
+    assert!(schema.contains("\"mode\""), "{}", run.stdout);
     assert!(
         run.stdout.contains("fv:plugin/step@0.3.0"),
         "exports: {}",
@@ -59,7 +69,7 @@ fn plugin_inspect_by_name_shows_the_log_import_of_a_plugin_that_logs() {
     let s = Scratch::new();
     let run = s.fvhost(&["plugin", "inspect", "file-sink"]);
     assert_exit(&run, 0);
-    assert!(run.stdout.contains("kind:        sink"), "{}", run.stdout);
+    assert_eq!(field(&run.stdout, "kind"), "sink", "{}", run.stdout);
     let imports = run
         .stdout
         .split("imports:")

@@ -39,7 +39,7 @@ pub fn repo() -> PathBuf {
 }
 
 /// Compiled components are shared by every test (compiling is the slow part).
-fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache")
 }
 

@@ -115,6 +115,13 @@ pub struct PluginMetadata {
     /// Whether the metadata section was present (plugins not built with
     /// the SDK have none; their kind and contract still come from exports).
     pub has_metadata_section: bool,
+    /// The capabilities the plugin declares it may ask for (`files`,
+    /// `env`, `kafka`, `network`); `None` when it declares none, in which
+    /// case its grants are not checked.
+    pub capabilities: Option<Vec<String>>,
+    /// The JSON Schema of its `config` table (the
+    /// `fv-plugin-config-schema` section), when it has one.
+    pub config_schema: Option<String>,
 }
 
 /// Why a component is not an fvhost plugin this host can run.
@@ -185,6 +192,10 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
         description: String::new(),
         contract,
         has_metadata_section: section.is_some(),
+        capabilities: None,
+        config_schema: custom_section(bytes, "fv-plugin-config-schema")?
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(&s).into_owned()),
     };
     if let Some(text) = section {
         for line in String::from_utf8_lossy(&text).lines() {
@@ -195,6 +206,15 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
                 Some(("kind", v)) => meta.claimed_kind = v.to_string(),
                 Some(("version", v)) => meta.version = v.to_string(),
                 Some(("description", v)) => meta.description = v.to_string(),
+                Some(("capabilities", v)) => {
+                    meta.capabilities = Some(
+                        v.split(',')
+                            .map(str::trim)
+                            .filter(|c| !c.is_empty())
+                            .map(str::to_string)
+                            .collect(),
+                    )
+                }
                 _ => {}
             }
         }

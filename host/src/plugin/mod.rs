@@ -10,7 +10,9 @@
 //! task and the reason, and the runtime decides.
 
 mod bindings;
+mod capabilities;
 mod catalog;
+mod config_schema;
 mod engine;
 mod error;
 mod instance;
@@ -19,7 +21,9 @@ mod metadata;
 mod sandbox;
 pub mod usage;
 
+pub use capabilities::{CAPABILITIES, check_declared_capabilities, undeclared_grants};
 pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
+pub use config_schema::{ConfigSchema, ConfigViolation};
 pub use engine::PluginEngine;
 pub use error::{FailureKind, PluginError};
 pub use instance::{

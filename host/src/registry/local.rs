@@ -8,10 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::{PackageName, PackageRef, RegistryError, io};
-use crate::plugin::LoadedPlugin;
 
 /// One published version of a package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,52 +85,30 @@ impl LocalRegistry {
         write_atomically(&path, text.as_bytes())
     }
 
-    /// Publish a loaded plugin (its metadata names package and version).
-    pub fn publish(
+    /// Publish checked bytes as `package@published.version`.
+    pub(super) fn publish(
         &self,
-        plugin: &LoadedPlugin,
+        package: &PackageName,
+        published: PublishedVersion,
         bytes: &[u8],
     ) -> Result<(PackageName, PublishedVersion), RegistryError> {
-        let m = &plugin.metadata;
-        let refuse = |reason: String| RegistryError::NotPublishable {
-            file: plugin.reference.clone(),
-            reason,
-        };
-        if !m.has_metadata_section || m.package.is_empty() {
-            return Err(refuse(
-                "it carries no package metadata; build it with fv-plugin-sdk and name the package: `export_step!(MyStep, package = \"acme:my-step\")`".into(),
-            ));
-        }
-        if m.claimed_kind != m.kind.as_str() {
-            return Err(refuse(format!(
-                "its metadata says it is a {}, but the component implements the {} world",
-                m.claimed_kind, m.kind
-            )));
-        }
-        let package = PackageName::parse(&m.package)?;
-        semver::Version::parse(&m.version)
-            .map_err(|_| RegistryError::BadVersion(m.version.clone()))?;
-        let mut index = self.index(&package)?.unwrap_or_default();
-        if let Some(v) = index.versions.iter().find(|v| v.version == m.version) {
+        let mut index = self.index(package)?.unwrap_or_default();
+        if let Some(v) = index
+            .versions
+            .iter()
+            .find(|v| v.version == published.version)
+        {
             return Err(RegistryError::AlreadyPublished {
                 package: package.to_string(),
                 version: v.version.clone(),
                 digest: v.sha256.clone(),
             });
         }
-        let published = PublishedVersion {
-            version: m.version.clone(),
-            sha256: hex::encode(Sha256::digest(bytes)),
-            kind: m.kind.as_str().to_string(),
-            contract: m.contract.to_string(),
-            description: m.description.clone(),
-            yanked: false,
-        };
         // Bytes first: an index entry never points at a missing file.
-        write_atomically(&self.file(&package, &m.version), bytes)?;
+        write_atomically(&self.file(package, &published.version), bytes)?;
         index.versions.push(published.clone());
-        self.write_index(&package, &index)?;
-        Ok((package, published))
+        self.write_index(package, &index)?;
+        Ok((package.clone(), published))
     }
 
     /// Every version of `p`, oldest first.

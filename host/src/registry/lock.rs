@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::local::write_atomically;
-use super::{LocalRegistry, PackageRef, RegistryError, io};
-use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, Topology};
+use super::{PackageRef, Registry, RegistryError, io};
+use crate::topology::{Diagnostic, Diagnostics, PluginRef, Topology};
 
 /// One pinned plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,8 +42,9 @@ pub struct LockFile {
 /// How to resolve.
 #[derive(Debug, Clone)]
 pub struct ResolveOptions {
-    /// Where packages are published.
-    pub registry: LocalRegistry,
+    /// Where new packages are resolved (pinned ones come from the
+    /// registry their lock entry names).
+    pub registry: Registry,
     /// The content-addressed cache (`<dir>/sha256/<hex>.wasm`).
     pub cache_dir: PathBuf,
     /// Fail instead of changing the lock.
@@ -54,26 +55,26 @@ pub struct ResolveOptions {
 }
 
 impl ResolveOptions {
-    /// The default registry and cache, nothing locked or updated.
-    pub fn defaults() -> Self {
-        ResolveOptions {
-            registry: LocalRegistry::open(super::default_registry_dir()),
+    /// The default registry and cache, nothing locked or updated. A bad
+    /// `$FVHOST_REGISTRY` is refused here, naming the variable.
+    pub fn defaults() -> Result<Self, RegistryError> {
+        let location = Registry::default_location();
+        let registry = Registry::open(&location).map_err(|e| RegistryError::BadLocation {
+            location: format!("FVHOST_REGISTRY={location}"),
+            reason: e.to_string(),
+        })?;
+        Ok(ResolveOptions {
+            registry,
             cache_dir: default_cache_dir(),
             locked: false,
             update: None,
-        }
+        })
     }
 }
 
 /// `$FVHOST_PLUGIN_CACHE`, else `~/.cache/fvhost/plugins`.
 pub fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("FVHOST_PLUGIN_CACHE") {
-        return PathBuf::from(dir);
-    }
-    dirs::cache_dir()
-        .unwrap_or_else(std::env::temp_dir)
-        .join("fvhost")
-        .join("plugins")
+    super::user_path("FVHOST_PLUGIN_CACHE", dirs::cache_dir(), "plugins")
 }
 
 /// The lock file of a topology file: same directory and stem, `.lock`.
@@ -92,24 +93,11 @@ fn read_lock(path: &Path) -> Result<LockFile, RegistryError> {
     }
 }
 
-/// Every plugin use of a topology with the key it is written under.
-fn plugin_uses(t: &mut Topology) -> Vec<(String, &mut PluginUse)> {
-    let mut uses: Vec<(String, &mut PluginUse)> = Vec::new();
-    for s in &mut t.sources {
-        uses.push((format!("sources.{}", s.name), &mut s.plugin));
-    }
-    for s in &mut t.stages {
-        if let crate::topology::StageKind::Step(p) = &mut s.kind {
-            uses.push((format!("stages.{}", s.name), p));
-        }
-    }
-    for s in &mut t.sinks {
-        uses.push((format!("sinks.{}", s.name), &mut s.plugin));
-    }
-    for s in &mut t.tables {
-        uses.push((format!("tables.{}", s.name), &mut s.plugin));
-    }
-    uses
+/// [`resolve_topology`] with the default registry and cache.
+pub fn resolve_with_defaults(topology: &mut Topology) -> Result<(), Diagnostics> {
+    let opts = ResolveOptions::defaults()
+        .map_err(|e| Diagnostics(vec![topology.source_map.whole_file(e.to_string())]))?;
+    resolve_topology(topology, &opts)
 }
 
 /// Resolve every `plugin = "ns:name@req"` of `topology` to a file in the
@@ -130,7 +118,7 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
     let old = read_lock(&lock_file).map_err(file_error)?;
     let mut new = LockFile::default();
     let mut errors = Vec::new();
-    for (key, use_) in plugin_uses(topology) {
+    for (key, use_) in topology.plugin_uses_mut() {
         let PluginRef::Named(text) = &use_.plugin else {
             continue;
         };
@@ -168,7 +156,7 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
                     reference: r.text.clone(),
                     package: r.package.to_string(),
                     version: v.version,
-                    registry: opts.registry.root().display().to_string(),
+                    registry: opts.registry.location(),
                     sha256: v.sha256,
                 },
                 Err(e) => {
@@ -177,7 +165,12 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
                 }
             },
         };
-        match fetch(&opts.registry, &opts.cache_dir, &locked, &lock_file) {
+        match fetch(
+            &opts.registry,
+            &opts.cache_dir,
+            &locked,
+            &lock_file.display().to_string(),
+        ) {
             Ok(path) => use_.plugin = PluginRef::Path(path),
             Err(e) => errors.push(map.at_key(&at, e.to_string())),
         }
@@ -225,45 +218,69 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
     Ok(())
 }
 
-/// The cached file of `locked`, copied from the registry on first use;
-/// its digest must be the lock's.
+/// The cached file of `locked`, downloaded from its registry on first
+/// use; its digest must be the lock's.
 fn fetch(
-    registry: &LocalRegistry,
+    registry: &Registry,
     cache_dir: &Path,
     locked: &LockedPlugin,
-    lock_file: &Path,
+    expected_from: &str,
 ) -> Result<PathBuf, RegistryError> {
     let cached = cache_dir
         .join("sha256")
         .join(format!("{}.wasm", locked.sha256));
-    let mismatch = |path: &Path, actual: String| {
-        RegistryError::DigestMismatch(Box::new(super::DigestMismatch {
-            package: locked.package.clone(),
-            version: locked.version.clone(),
-            path: path.display().to_string(),
-            actual,
-            expected: locked.sha256.clone(),
-            expected_from: lock_file.display().to_string(),
-        }))
-    };
     if let Ok(bytes) = std::fs::read(&cached) {
         let actual = hex::encode(Sha256::digest(&bytes));
         if actual != locked.sha256 {
-            return Err(mismatch(&cached, actual));
+            return Err(RegistryError::DigestMismatch(Box::new(
+                super::DigestMismatch {
+                    package: locked.package.clone(),
+                    version: locked.version.clone(),
+                    path: cached.display().to_string(),
+                    actual,
+                    expected: locked.sha256.clone(),
+                    expected_from: expected_from.to_string(),
+                },
+            )));
         }
         return Ok(cached);
     }
     let package = super::PackageName::parse(&locked.package)?;
-    let source = if locked.registry == registry.root().display().to_string() {
-        registry.file(&package, &locked.version)
+    let other;
+    let source = if locked.registry == registry.location() {
+        registry
     } else {
-        LocalRegistry::open(&locked.registry).file(&package, &locked.version)
+        other = Registry::open(&locked.registry)?;
+        &other
     };
-    let bytes = std::fs::read(&source).map_err(|e| io(&source, e))?;
-    let actual = hex::encode(Sha256::digest(&bytes));
-    if actual != locked.sha256 {
-        return Err(mismatch(&source, actual));
-    }
+    let bytes = source.download(&package, &locked.version, &locked.sha256, expected_from)?;
     write_atomically(&cached, &bytes)?;
     Ok(cached)
+}
+
+/// Download `r`'s highest matching version into the cache (what `fvhost
+/// plugin pull` does): its version entry and the cached file.
+pub fn pull(
+    registry: &Registry,
+    cache_dir: &Path,
+    r: &PackageRef,
+) -> Result<(LockedPlugin, PathBuf), RegistryError> {
+    let v = registry.resolve(r)?;
+    let locked = LockedPlugin {
+        reference: r.text.clone(),
+        package: r.package.to_string(),
+        version: v.version,
+        registry: registry.location(),
+        sha256: v.sha256,
+    };
+    let path = fetch(
+        registry,
+        cache_dir,
+        &locked,
+        &format!(
+            "the registry's entry for {}@{}",
+            locked.package, locked.version
+        ),
+    )?;
+    Ok((locked, path))
 }

@@ -2,20 +2,214 @@
 //! semver version, resolution of a topology's requirements
 //! (`plugin = "acme:geo-fence@^1.2"`) and the lock file that pins them.
 //!
-//! Entry points: [`LocalRegistry`] (a directory that works offline, no
-//! server), [`PackageRef`] (what a topology asks for) and
+//! Entry points: [`Registry`] (a [`LocalRegistry`] directory that works
+//! offline, or an [`OciRegistry`] in the Wasm ecosystem's OCI layout),
+//! [`PackageRef`] (what a topology asks for) and
 //! [`lock::resolve_topology`] (requirements → exact, digest-checked files,
 //! recorded in `<topology>.lock`). This module never runs plugin code: it
 //! reads metadata and moves bytes.
 
+mod credentials;
 mod local;
 pub mod lock;
+mod oci;
 pub mod scaffold;
 
 use std::fmt;
 use std::path::PathBuf;
 
+use sha2::{Digest, Sha256};
+
+pub use credentials::{RegistryCredentials, credentials_file};
 pub use local::{LocalRegistry, PublishedVersion, published_list};
+pub use oci::OciRegistry;
+
+use crate::plugin::LoadedPlugin;
+
+/// Where plugin packages are published: a directory or an OCI registry.
+#[derive(Debug, Clone)]
+pub enum Registry {
+    /// A directory (`--registry ~/plugins`).
+    Local(LocalRegistry),
+    /// An OCI distribution registry (`--registry oci://ghcr.io/acme`).
+    Oci(OciRegistry),
+}
+
+impl Registry {
+    /// Open a registry by location: `oci://host[:port][/prefix]` (HTTPS,
+    /// plain HTTP for a loopback host), `oci+http://…` (plain HTTP), or a
+    /// directory path.
+    pub fn open(location: &str) -> Result<Self, RegistryError> {
+        if location.starts_with("oci://") || location.starts_with("oci+http://") {
+            return OciRegistry::open(location).map(Registry::Oci);
+        }
+        Ok(Registry::Local(LocalRegistry::open(location)))
+    }
+
+    /// The default registry: `$FVHOST_REGISTRY` (a directory or an
+    /// `oci://` location), else `~/.local/share/fvhost/registry`.
+    pub fn default_location() -> String {
+        match std::env::var("FVHOST_REGISTRY") {
+            Ok(v) if !v.is_empty() => v,
+            _ => default_registry_dir().display().to_string(),
+        }
+    }
+
+    /// The location as written in lock files.
+    pub fn location(&self) -> String {
+        match self {
+            Registry::Local(r) => r.root().display().to_string(),
+            Registry::Oci(r) => r.location().to_string(),
+        }
+    }
+
+    /// Publish a plugin (its metadata names package and version); refuses
+    /// an existing version.
+    pub fn publish(
+        &self,
+        plugin: &LoadedPlugin,
+        bytes: &[u8],
+    ) -> Result<(PackageName, PublishedVersion), RegistryError> {
+        let (package, version) = publishable(plugin, bytes)?;
+        match self {
+            Registry::Local(r) => r.publish(&package, version, bytes),
+            Registry::Oci(r) => r.publish(plugin, &package, version, bytes),
+        }
+    }
+
+    /// Every version of `p`, oldest first.
+    pub fn versions(&self, p: &PackageName) -> Result<Vec<PublishedVersion>, RegistryError> {
+        match self {
+            Registry::Local(r) => r.versions(p),
+            Registry::Oci(r) => r.versions(p),
+        }
+    }
+
+    /// Every package with its versions, sorted by name.
+    pub fn packages(&self) -> Result<Vec<(PackageName, Vec<PublishedVersion>)>, RegistryError> {
+        match self {
+            Registry::Local(r) => r.packages(),
+            Registry::Oci(r) => r.packages(),
+        }
+    }
+
+    /// Hide `p@version` from new resolutions.
+    pub fn yank(&self, p: &PackageName, version: &str) -> Result<(), RegistryError> {
+        match self {
+            Registry::Local(r) => r.yank(p, version),
+            Registry::Oci(r) => r.yank(p, version),
+        }
+    }
+
+    /// The highest non-yanked version matching `r`.
+    pub fn resolve(&self, r: &PackageRef) -> Result<PublishedVersion, RegistryError> {
+        match self {
+            Registry::Local(l) => l.resolve(r),
+            Registry::Oci(o) => o.resolve(r),
+        }
+    }
+
+    /// The bytes of `p@version`, checked against `sha256` (hex; what the
+    /// lock or the index recorded, named by `expected_from`).
+    pub fn download(
+        &self,
+        p: &PackageName,
+        version: &str,
+        sha256: &str,
+        expected_from: &str,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let (bytes, from) = match self {
+            Registry::Local(r) => {
+                let path = r.file(p, version);
+                (
+                    std::fs::read(&path).map_err(|e| io(&path, e))?,
+                    path.display().to_string(),
+                )
+            }
+            Registry::Oci(r) => r.download(p, version, sha256, expected_from)?,
+        };
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if actual != sha256 {
+            return Err(RegistryError::DigestMismatch(Box::new(DigestMismatch {
+                package: p.to_string(),
+                version: version.to_string(),
+                path: from,
+                actual,
+                expected: sha256.to_string(),
+                expected_from: expected_from.to_string(),
+            })));
+        }
+        Ok(bytes)
+    }
+}
+
+/// The checks every registry makes before publishing: package metadata
+/// present, the claimed kind is the exported world, a semver version
+/// (without build metadata, which OCI tags cannot carry), a valid config
+/// schema and known capabilities.
+fn publishable(
+    plugin: &LoadedPlugin,
+    bytes: &[u8],
+) -> Result<(PackageName, PublishedVersion), RegistryError> {
+    let m = &plugin.metadata;
+    let refuse = |reason: String| RegistryError::NotPublishable {
+        file: plugin.reference.clone(),
+        reason,
+    };
+    if !m.has_metadata_section || m.package.is_empty() {
+        return Err(refuse(
+            "it carries no package metadata; build it with fv-plugin-sdk and name the package: `export_step!(MyStep, package = \"acme:my-step\")`".into(),
+        ));
+    }
+    if m.claimed_kind != m.kind.as_str() {
+        return Err(refuse(format!(
+            "its metadata says it is a {}, but the component implements the {} world (it exports {}); fix the export macro or the metadata",
+            m.claimed_kind,
+            m.kind,
+            plugin
+                .exports
+                .iter()
+                .filter(|e| e.starts_with("fv:plugin/"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if let Err(e) = crate::plugin::check_declared_capabilities(plugin) {
+        return Err(refuse(e));
+    }
+    if let Some(schema) = &m.config_schema
+        && let Err(e) = crate::plugin::ConfigSchema::compile(schema)
+    {
+        return Err(refuse(format!(
+            "its config schema is not a valid JSON Schema: {e}"
+        )));
+    }
+    let package = PackageName::parse(&m.package)?;
+    let version = semver::Version::parse(&m.version)
+        .map_err(|_| RegistryError::BadVersion(m.version.clone()))?;
+    if !version.build.is_empty() {
+        return Err(refuse(format!(
+            "version {version} has build metadata (`+{}`), which registries cannot tell apart from {}; bump the version instead",
+            version.build,
+            semver::Version {
+                build: semver::BuildMetadata::EMPTY,
+                ..version.clone()
+            }
+        )));
+    }
+    Ok((
+        package,
+        PublishedVersion {
+            version: m.version.clone(),
+            sha256: hex::encode(Sha256::digest(bytes)),
+            kind: m.kind.as_str().to_string(),
+            contract: m.contract.to_string(),
+            description: m.description.clone(),
+            yanked: false,
+        },
+    ))
+}
 
 /// A package name, `namespace:name` (lower-case letters, digits, `-`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -159,6 +353,22 @@ pub enum RegistryError {
         /// The error.
         source: std::io::Error,
     },
+    /// A registry location that cannot be used.
+    #[error("`{location}` is not a registry location: {reason}")]
+    BadLocation {
+        /// As written.
+        location: String,
+        /// Why, and what would be right.
+        reason: String,
+    },
+    /// A remote registry refused or failed a request.
+    #[error("registry {registry}: {reason}")]
+    Remote {
+        /// The registry location.
+        registry: String,
+        /// What it said.
+        reason: String,
+    },
     /// An index or lock file that does not parse.
     #[error("{path}: {reason}")]
     Corrupt {
@@ -203,16 +413,25 @@ pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> RegistryErro
     }
 }
 
-/// The default local registry: `$FVHOST_REGISTRY`, else the user's data
-/// directory (`~/.local/share/fvhost/registry`).
+/// The local registry used when neither `--registry` nor
+/// `$FVHOST_REGISTRY` names one: `~/.local/share/fvhost/registry`.
 pub fn default_registry_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("FVHOST_REGISTRY") {
-        return PathBuf::from(dir);
-    }
     dirs::data_dir()
         .unwrap_or_else(std::env::temp_dir)
         .join("fvhost")
         .join("registry")
+}
+
+/// `$var` when set, else `<base>/fvhost/<leaf>` (`base` one of the `dirs`
+/// locations; the temp directory where the platform has none).
+pub(crate) fn user_path(var: &str, base: Option<PathBuf>, leaf: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(path) => PathBuf::from(path),
+        None => base
+            .unwrap_or_else(std::env::temp_dir)
+            .join("fvhost")
+            .join(leaf),
+    }
 }
 
 #[cfg(test)]

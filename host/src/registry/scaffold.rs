@@ -38,13 +38,24 @@ pub fn new_plugin(
         });
     }
     let crate_name = package.name.clone();
-    let (kind_word, description, body) = match kind {
-        ScaffoldKind::Source => ("source", "A source that counts from 0 to `count`", SOURCE),
-        ScaffoldKind::Sink => ("sink", "A sink that counts rows per epoch", SINK),
+    let (kind_word, description, body, schema) = match kind {
+        ScaffoldKind::Source => (
+            "source",
+            "A source that counts from 0 to `count`",
+            SOURCE,
+            SOURCE_SCHEMA,
+        ),
+        ScaffoldKind::Sink => (
+            "sink",
+            "A sink that counts rows per epoch",
+            SINK,
+            SINK_SCHEMA,
+        ),
         ScaffoldKind::Step => (
             "step",
             "A step that keeps rows whose column is above `min`",
             STEP,
+            STEP_SCHEMA,
         ),
     };
     let cargo = format!(
@@ -75,6 +86,7 @@ serde = {{ version = "1", features = ["derive"] }}
     let files = [
         (dir.join("Cargo.toml"), cargo),
         (dir.join("src").join("lib.rs"), lib),
+        (dir.join("config.schema.json"), schema.to_string()),
         (dir.join("README.md"), readme),
     ];
     let mut written = Vec::new();
@@ -87,6 +99,36 @@ serde = {{ version = "1", features = ["derive"] }}
     }
     Ok(written)
 }
+
+const STEP_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "column": { "type": "string", "description": "The int64 column to look at" },
+    "min": { "type": "integer", "description": "Keep rows whose value is above this" }
+  },
+  "required": ["column", "min"],
+  "additionalProperties": false
+}
+"#;
+
+const SOURCE_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "count": { "type": "integer", "minimum": 0, "description": "How many rows to produce" }
+  },
+  "required": ["count"],
+  "additionalProperties": false
+}
+"#;
+
+const SINK_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "additionalProperties": false
+}
+"#;
 
 const STEP: &str = r#"//! __PACKAGE__: keeps the rows whose int64 `column` is above `min`.
 
@@ -144,7 +186,14 @@ impl Step for AboveMin {
     }
 }
 
-fv_plugin_sdk::export_step!(AboveMin, package = "__PACKAGE__");
+// `capabilities`: what a topology may grant it (none: no files, env or
+// Kafka); `config_schema`: checked by `fvhost validate` before it runs.
+fv_plugin_sdk::export_step!(
+    AboveMin,
+    package = "__PACKAGE__",
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);
 
 #[cfg(test)]
 mod tests {
@@ -230,7 +279,14 @@ impl Source for Counter {
     }
 }
 
-fv_plugin_sdk::export_source!(Counter, package = "__PACKAGE__");
+// `capabilities`: what a topology may grant it (none: no files, env or
+// Kafka); `config_schema`: checked by `fvhost validate` before it runs.
+fv_plugin_sdk::export_source!(
+    Counter,
+    package = "__PACKAGE__",
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);
 
 #[cfg(test)]
 mod tests {
@@ -298,7 +354,14 @@ impl Sink for RowCounter {
     }
 }
 
-fv_plugin_sdk::export_sink!(RowCounter, package = "__PACKAGE__");
+// `capabilities`: what a topology may grant it (none: no files, env or
+// Kafka); `config_schema`: checked by `fvhost validate` before it runs.
+fv_plugin_sdk::export_sink!(
+    RowCounter,
+    package = "__PACKAGE__",
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);
 
 #[cfg(test)]
 mod tests {

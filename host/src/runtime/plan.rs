@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, SchemaRef};
 
 use crate::plugin::{
-    Catalog, LoadedPlugin, OpenError, PluginEngine, PluginKind, SinkInstance, SourceInstance,
-    StepInstance, TaskIdentity,
+    Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, SinkInstance,
+    SourceInstance, StepInstance, TaskIdentity, undeclared_grants,
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
 use crate::runtime::operators::{
@@ -113,6 +113,12 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         loaded: BTreeMap::new(),
         errors: Vec::new(),
     };
+    // Nothing runs until every plugin loads and every node's config and
+    // grants match what its plugin declares.
+    p.check_declarations();
+    if !p.errors.is_empty() {
+        return Err(Diagnostics(p.errors));
+    }
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
     let mut sources = Vec::new();
     for node in &topology.sources {
@@ -510,6 +516,71 @@ impl Planner<'_> {
             return None;
         }
         Some(loaded)
+    }
+
+    /// Load every plugin and check each use against the plugin's
+    /// declarations: the grants against its capabilities, the `config`
+    /// table against its JSON Schema (violations point at the config key).
+    fn check_declarations(&mut self) {
+        let topology = self.topology;
+        for (key, use_, kind) in topology.plugin_uses() {
+            let Some(plugin) = self.load(&key, use_, kind) else {
+                continue;
+            };
+            let reference = match &use_.plugin {
+                PluginRef::Named(n) => n.clone(),
+                PluginRef::Path(_) if !plugin.metadata.package.is_empty() => {
+                    format!("{}@{}", plugin.metadata.package, plugin.metadata.version)
+                }
+                PluginRef::Path(p) => p.display().to_string(),
+            };
+            let declared = plugin
+                .metadata
+                .capabilities
+                .as_ref()
+                .map(|c| {
+                    if c.is_empty() {
+                        "none".to_string()
+                    } else {
+                        c.join(", ")
+                    }
+                })
+                .unwrap_or_default();
+            for (grant, capability) in undeclared_grants(&plugin, &use_.sandbox) {
+                self.errors.push(topology.source_map.at_key(
+                    &format!("{key}.{grant}"),
+                    format!(
+                        "`{reference}` does not declare the `{capability}` capability (it declares: {declared}), and a plugin gets only what it declares: remove `{grant}`, or use a version of the plugin that declares `{capability}`"
+                    ),
+                ));
+            }
+            let Some(text) = &plugin.metadata.config_schema else {
+                continue;
+            };
+            let schema = match ConfigSchema::compile(text) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.errors.push(topology.source_map.at_key(
+                        &key,
+                        format!("`{reference}` carries a config schema that is not a valid JSON Schema ({e}); rebuild or republish the plugin"),
+                    ));
+                    continue;
+                }
+            };
+            let config: serde_json::Value =
+                serde_json::from_str(&use_.config_json).unwrap_or_default();
+            for v in schema.violations(&config) {
+                let at = if v.path.is_empty() {
+                    format!("{key}.config")
+                } else {
+                    format!("{key}.config.{}", v.path)
+                };
+                self.errors.push(topology.source_map.at_key(
+                    &at,
+                    format!("{} (the config schema of `{reference}`)", v.message),
+                ));
+            }
+        }
     }
 
     /// The schema flowing into a node; inputs of a fan-in must agree.

@@ -198,10 +198,7 @@ impl TopologySet {
             .and_then(|mut t| {
                 // Registry plugins resolve against the server's registry;
                 // the lock is kept beside the hosted topology.
-                crate::registry::lock::resolve_topology(
-                    &mut t,
-                    &crate::registry::lock::ResolveOptions::defaults(),
-                )?;
+                crate::registry::lock::resolve_with_defaults(&mut t)?;
                 runtime::plan(t, &self.engine)
             })
             .map_err(invalid);
@@ -249,11 +246,7 @@ impl TopologySet {
         };
         let path = dir.join(TOPOLOGY_FILE);
         let mut topology = Topology::load(&path).map_err(invalid)?;
-        crate::registry::lock::resolve_topology(
-            &mut topology,
-            &crate::registry::lock::ResolveOptions::defaults(),
-        )
-        .map_err(invalid)?;
+        crate::registry::lock::resolve_with_defaults(&mut topology).map_err(invalid)?;
         let plan = runtime::plan(topology, &self.engine).map_err(invalid)?;
         let mut hosted = self.lock();
         let entry = entry_of(&mut hosted, name)?;

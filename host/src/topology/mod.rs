@@ -311,6 +311,50 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// Every plugin use with the key it is written under
+    /// (`sources.bids`) and the kind of plugin it needs, in file order of
+    /// sections: sources, tables, step stages, sinks.
+    pub fn plugin_uses(&self) -> Vec<(String, &PluginUse, crate::plugin::PluginKind)> {
+        use crate::plugin::PluginKind;
+        let mut uses = Vec::new();
+        for s in &self.sources {
+            uses.push((format!("sources.{}", s.name), &s.plugin, PluginKind::Source));
+        }
+        for s in &self.tables {
+            uses.push((format!("tables.{}", s.name), &s.plugin, PluginKind::Source));
+        }
+        for s in &self.stages {
+            if let StageKind::Step(p) = &s.kind {
+                uses.push((format!("stages.{}", s.name), p, PluginKind::Step));
+            }
+        }
+        for s in &self.sinks {
+            uses.push((format!("sinks.{}", s.name), &s.plugin, PluginKind::Sink));
+        }
+        uses
+    }
+
+    /// [`Topology::plugin_uses`], mutable (registry resolution rewrites
+    /// `plugin` references into cached files).
+    pub fn plugin_uses_mut(&mut self) -> Vec<(String, &mut PluginUse)> {
+        let mut uses = Vec::new();
+        for s in &mut self.sources {
+            uses.push((format!("sources.{}", s.name), &mut s.plugin));
+        }
+        for s in &mut self.tables {
+            uses.push((format!("tables.{}", s.name), &mut s.plugin));
+        }
+        for s in &mut self.stages {
+            if let StageKind::Step(p) = &mut s.kind {
+                uses.push((format!("stages.{}", s.name), p));
+            }
+        }
+        for s in &mut self.sinks {
+            uses.push((format!("sinks.{}", s.name), &mut s.plugin));
+        }
+        uses
+    }
+
     /// Read, parse and check a topology file.
     pub fn load(path: &Path) -> Result<Topology, Diagnostics> {
         let text = std::fs::read_to_string(path).map_err(|e| {

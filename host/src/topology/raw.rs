@@ -610,11 +610,11 @@ impl Ctx<'_> {
         errors: &mut Vec<Diagnostic>,
     ) -> Option<KafkaGrant> {
         let Some(brokers) = &raw.allow_kafka else {
-            for extra in ["kafka_client", "kafka_secrets"] {
-                let given = match extra {
-                    "kafka_client" => raw.kafka_client.is_some(),
-                    _ => raw.kafka_secrets.is_some(),
-                };
+            let extras = [
+                ("kafka_client", raw.kafka_client.is_some()),
+                ("kafka_secrets", raw.kafka_secrets.is_some()),
+            ];
+            for (extra, given) in extras {
                 if given {
                     errors.push(self.map.at_key(
                         &format!("{key}.{extra}"),

@@ -51,4 +51,8 @@ impl Sink for BlackholeSink {
     }
 }
 
-fv_plugin_sdk::export_sink!(BlackholeSink);
+fv_plugin_sdk::export_sink!(
+    BlackholeSink,
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);

@@ -242,4 +242,8 @@ impl Sink for FileSink {
     }
 }
 
-fv_plugin_sdk::export_sink!(FileSink);
+fv_plugin_sdk::export_sink!(
+    FileSink,
+    capabilities = "files",
+    config_schema = include_str!("../config.schema.json"),
+);

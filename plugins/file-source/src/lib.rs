@@ -513,4 +513,8 @@ fn clean(e: &ArrowError) -> String {
     text
 }
 
-fv_plugin_sdk::export_source!(FileSource);
+fv_plugin_sdk::export_source!(
+    FileSource,
+    capabilities = "files",
+    config_schema = include_str!("../config.schema.json"),
+);

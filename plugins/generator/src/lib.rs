@@ -244,4 +244,8 @@ impl Source for Generator {
     }
 }
 
-fv_plugin_sdk::export_source!(Generator);
+fv_plugin_sdk::export_source!(
+    Generator,
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);

@@ -172,4 +172,8 @@ impl Sink for KafkaSink {
     }
 }
 
-fv_plugin_sdk::export_sink!(KafkaSink);
+fv_plugin_sdk::export_sink!(
+    KafkaSink,
+    capabilities = "kafka",
+    config_schema = include_str!("../config.schema.json"),
+);

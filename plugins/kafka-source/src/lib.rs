@@ -437,4 +437,8 @@ fn connect_error(settings: &Settings, e: &KafkaError) -> ConfigError {
     }
 }
 
-fv_plugin_sdk::export_source!(KafkaSource);
+fv_plugin_sdk::export_source!(
+    KafkaSource,
+    capabilities = "kafka",
+    config_schema = include_str!("../config.schema.json"),
+);

@@ -232,7 +232,11 @@ fn luhn_valid(digits: &[u8]) -> bool {
     sum.is_multiple_of(10)
 }
 
-fv_plugin_sdk::export_step!(PiiRedactor);
+fv_plugin_sdk::export_step!(
+    PiiRedactor,
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);
 
 #[cfg(test)]
 mod tests {

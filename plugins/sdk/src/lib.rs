@@ -116,66 +116,165 @@ pub mod __private {
     pub use fv_plugin_world_source as source_world;
     pub use fv_plugin_world_step as step_world;
 
-    /// Copy a `&str` into a fixed-size array at compile time, so the metadata
-    /// can live in a `#[link_section]` static.
-    pub const fn metadata_bytes<const N: usize>(text: &str) -> [u8; N] {
-        let bytes = text.as_bytes();
-        let mut out = [0u8; N];
+    /// What the export macros' optional `key = value` arguments set.
+    /// Unknown keys fail to compile with "no field `…`".
+    #[derive(Clone, Copy)]
+    pub struct MetadataFields {
+        /// Registry package, `namespace:name`.
+        pub package: &'static str,
+        /// Comma-separated capabilities (`files`, `env`, `kafka`,
+        /// `network`); [`UNDECLARED`] when the macro was not given any.
+        pub capabilities: &'static str,
+        /// JSON Schema of the `config` table; empty for none.
+        pub config_schema: &'static str,
+    }
+
+    /// The `capabilities` of a plugin that declared none (the host then
+    /// does not check its grants).
+    pub const UNDECLARED: &str = "\u{0}";
+
+    impl MetadataFields {
+        /// Defaults: the given package, capabilities undeclared, no schema.
+        pub const fn new(package: &'static str) -> Self {
+            MetadataFields {
+                package,
+                capabilities: UNDECLARED,
+                config_schema: "",
+            }
+        }
+
+        /// `"\ncapabilities="` when declared, else nothing.
+        pub const fn capabilities_key(&self) -> &'static str {
+            if same(self.capabilities, UNDECLARED) {
+                ""
+            } else {
+                "\ncapabilities="
+            }
+        }
+
+        /// The declared capabilities, or nothing.
+        pub const fn capabilities_value(&self) -> &'static str {
+            if same(self.capabilities, UNDECLARED) {
+                ""
+            } else {
+                self.capabilities
+            }
+        }
+    }
+
+    const fn same(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
         let mut i = 0;
-        while i < N && i < bytes.len() {
-            out[i] = bytes[i];
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Total length of `parts`, at compile time.
+    pub const fn joined_len(parts: &[&str]) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < parts.len() {
+            n += parts[i].len();
+            i += 1;
+        }
+        n
+    }
+
+    /// `parts` joined into a fixed-size array at compile time, so the
+    /// metadata can live in a `#[link_section]` static.
+    pub const fn joined<const N: usize>(parts: &[&str]) -> [u8; N] {
+        let mut out = [0u8; N];
+        let mut at = 0;
+        let mut i = 0;
+        while i < parts.len() {
+            let bytes = parts[i].as_bytes();
+            let mut j = 0;
+            while j < bytes.len() && at < N {
+                out[at] = bytes[j];
+                at += 1;
+                j += 1;
+            }
             i += 1;
         }
         out
     }
 }
 
-/// Embed the plugin's metadata in the `fv-plugin-metadata` custom section:
-/// `key=value` lines that the host reads without instantiating the plugin.
-/// `package` is the registry name (`namespace:name`); without one it is
-/// `local:<crate name>`.
+/// Embed the plugin's metadata: `key=value` lines in the
+/// `fv-plugin-metadata` custom section and the config's JSON Schema in
+/// `fv-plugin-config-schema`, both read by the host without instantiating
+/// the plugin. The optional `key = value` arguments of the export macros
+/// are `package`, `capabilities` and `config_schema`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __fv_plugin_metadata {
-    ($kind:literal) => {
-        $crate::__fv_plugin_metadata!($kind, concat!("local:", env!("CARGO_PKG_NAME")));
-    };
-    ($kind:literal, $package:expr) => {
-        const __FV_PLUGIN_METADATA_TEXT: &str = concat!(
-            "name=",
-            env!("CARGO_PKG_NAME"),
-            "\npackage=",
-            $package,
-            "\nversion=",
-            env!("CARGO_PKG_VERSION"),
-            "\nkind=",
-            $kind,
-            "\ncontract=0.3.0",
-            "\nlicense=",
-            env!("CARGO_PKG_LICENSE"),
-            "\ndescription=",
-            env!("CARGO_PKG_DESCRIPTION"),
-            "\n"
-        );
+    ($kind:literal $(, $key:ident = $value:expr)*) => {
+        #[allow(dead_code)]
+        const __FV_PLUGIN_FIELDS: $crate::__private::MetadataFields = {
+            #[allow(unused_mut)]
+            let mut fields = $crate::__private::MetadataFields::new(concat!(
+                "local:",
+                env!("CARGO_PKG_NAME")
+            ));
+            $(fields.$key = $value;)*
+            fields
+        };
+        #[allow(dead_code)]
+        const __FV_PLUGIN_METADATA_PARTS: [&str; 6] = [
+            concat!("name=", env!("CARGO_PKG_NAME"), "\npackage="),
+            __FV_PLUGIN_FIELDS.package,
+            concat!(
+                "\nversion=",
+                env!("CARGO_PKG_VERSION"),
+                "\nkind=",
+                $kind,
+                "\ncontract=0.3.0",
+                "\nlicense=",
+                env!("CARGO_PKG_LICENSE"),
+                "\ndescription=",
+                env!("CARGO_PKG_DESCRIPTION")
+            ),
+            __FV_PLUGIN_FIELDS.capabilities_key(),
+            __FV_PLUGIN_FIELDS.capabilities_value(),
+            "\n",
+        ];
         #[cfg(target_family = "wasm")]
         #[unsafe(link_section = "fv-plugin-metadata")]
         #[used]
-        static __FV_PLUGIN_METADATA: [u8; __FV_PLUGIN_METADATA_TEXT.len()] =
-            $crate::__private::metadata_bytes(__FV_PLUGIN_METADATA_TEXT);
+        static __FV_PLUGIN_METADATA: [u8; $crate::__private::joined_len(
+            &__FV_PLUGIN_METADATA_PARTS,
+        )] = $crate::__private::joined(&__FV_PLUGIN_METADATA_PARTS);
+        #[cfg(target_family = "wasm")]
+        #[unsafe(link_section = "fv-plugin-config-schema")]
+        #[used]
+        static __FV_PLUGIN_CONFIG_SCHEMA: [u8; __FV_PLUGIN_FIELDS.config_schema.len()] =
+            $crate::__private::joined(&[__FV_PLUGIN_FIELDS.config_schema]);
     };
 }
 
 /// Export a [`Source`] implementation as this component's source plugin.
 ///
-/// `export_source!(MyType, package = "acme:my-plugin")` names the registry
-/// package (`namespace:name`) in the metadata; without it the package is
-/// `local:<crate name>`.
+/// Optional `key = value` arguments describe the plugin to registries and
+/// to the host, which reads them without running it:
+/// - `package = "acme:my-plugin"`: the registry package (`namespace:name`;
+///   default `local:<crate name>`);
+/// - `capabilities = "files,env"`: what the plugin may ask the topology to
+///   grant (`files` for `allow_read`/`allow_write`, `env` for
+///   `allow_env`, `kafka` for `allow_kafka`, `network`); the host refuses a
+///   grant the plugin did not declare. Without it, grants are unchecked;
+/// - `config_schema = include_str!("../config.schema.json")`: the JSON
+///   Schema of the plugin's `config` table, checked by `fvhost validate`.
 #[macro_export]
 macro_rules! export_source {
-    ($ty:ty) => {
-        $crate::export_source!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
-    };
-    ($ty:ty, package = $package:expr) => {
+    ($ty:ty $(, $key:ident = $value:expr)* $(,)?) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvSourceComponent;
@@ -186,21 +285,25 @@ macro_rules! export_source {
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::source_world::export_source_world!(__FvSourceComponent with_types_in $crate::__private::source_world);
-        $crate::__fv_plugin_metadata!("source", $package);
+        $crate::__fv_plugin_metadata!("source" $(, $key = $value)*);
     };
 }
 
 /// Export a [`Sink`] implementation as this component's sink plugin.
 ///
-/// `export_sink!(MyType, package = "acme:my-plugin")` names the registry
-/// package (`namespace:name`) in the metadata; without it the package is
-/// `local:<crate name>`.
+/// Optional `key = value` arguments describe the plugin to registries and
+/// to the host, which reads them without running it:
+/// - `package = "acme:my-plugin"`: the registry package (`namespace:name`;
+///   default `local:<crate name>`);
+/// - `capabilities = "files,env"`: what the plugin may ask the topology to
+///   grant (`files` for `allow_read`/`allow_write`, `env` for
+///   `allow_env`, `kafka` for `allow_kafka`, `network`); the host refuses a
+///   grant the plugin did not declare. Without it, grants are unchecked;
+/// - `config_schema = include_str!("../config.schema.json")`: the JSON
+///   Schema of the plugin's `config` table, checked by `fvhost validate`.
 #[macro_export]
 macro_rules! export_sink {
-    ($ty:ty) => {
-        $crate::export_sink!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
-    };
-    ($ty:ty, package = $package:expr) => {
+    ($ty:ty $(, $key:ident = $value:expr)* $(,)?) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvSinkComponent;
@@ -211,21 +314,25 @@ macro_rules! export_sink {
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::sink_world::export_sink_world!(__FvSinkComponent with_types_in $crate::__private::sink_world);
-        $crate::__fv_plugin_metadata!("sink", $package);
+        $crate::__fv_plugin_metadata!("sink" $(, $key = $value)*);
     };
 }
 
 /// Export a [`Step`] implementation as this component's step plugin.
 ///
-/// `export_step!(MyType, package = "acme:my-plugin")` names the registry
-/// package (`namespace:name`) in the metadata; without it the package is
-/// `local:<crate name>`.
+/// Optional `key = value` arguments describe the plugin to registries and
+/// to the host, which reads them without running it:
+/// - `package = "acme:my-plugin"`: the registry package (`namespace:name`;
+///   default `local:<crate name>`);
+/// - `capabilities = "files,env"`: what the plugin may ask the topology to
+///   grant (`files` for `allow_read`/`allow_write`, `env` for
+///   `allow_env`, `kafka` for `allow_kafka`, `network`); the host refuses a
+///   grant the plugin did not declare. Without it, grants are unchecked;
+/// - `config_schema = include_str!("../config.schema.json")`: the JSON
+///   Schema of the plugin's `config` table, checked by `fvhost validate`.
 #[macro_export]
 macro_rules! export_step {
-    ($ty:ty) => {
-        $crate::export_step!($ty, package = concat!("local:", env!("CARGO_PKG_NAME")));
-    };
-    ($ty:ty, package = $package:expr) => {
+    ($ty:ty $(, $key:ident = $value:expr)* $(,)?) => {
         #[doc(hidden)]
         #[allow(dead_code)]
         struct __FvStepComponent;
@@ -236,7 +343,7 @@ macro_rules! export_step {
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);
-        $crate::__fv_plugin_metadata!("step", $package);
+        $crate::__fv_plugin_metadata!("step" $(, $key = $value)*);
     };
 }
 

@@ -68,4 +68,8 @@ impl Sink for StdoutSink {
     }
 }
 
-fv_plugin_sdk::export_sink!(StdoutSink);
+fv_plugin_sdk::export_sink!(
+    StdoutSink,
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);

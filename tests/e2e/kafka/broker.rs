@@ -19,23 +19,43 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Where the tansu binary is.
-fn tansu() -> PathBuf {
+/// Where the tansu binary is, if anywhere: `FVHOST_TANSU`, the directory
+/// `.ci/run` installs into, or the PATH.
+pub fn tansu_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FVHOST_TANSU") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     let cached = PathBuf::from("/var/tmp/fvhost-tools/bin/tansu");
     if cached.exists() {
-        return cached;
+        return Some(cached);
     }
-    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        if dir.join("tansu").exists() {
-            return dir.join("tansu");
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("tansu"))
+        .find(|p| p.exists())
+}
+
+fn tansu() -> PathBuf {
+    tansu_binary().unwrap_or_else(|| {
+        panic!(
+            "the Kafka tests need the tansu broker: run .ci/run, or `cargo install tansu --locked --features dynostore,libsql` and set FVHOST_TANSU"
+        )
+    })
+}
+
+/// Send one record, waiting while the producer's queue is full.
+pub fn send_retrying(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
     }
-    panic!(
-        "the Kafka tests need the tansu broker: run .ci/run, or `cargo install tansu --locked --features dynostore,libsql` and set FVHOST_TANSU"
-    );
 }
 
 fn free_port() -> u16 {
@@ -90,7 +110,8 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn config(&self) -> ClientConfig {
+    /// A client config pointing at this broker.
+    pub fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", self.addr());
         c
@@ -115,19 +136,11 @@ impl Broker {
         let producer: ThreadedProducer<DefaultProducerContext> =
             self.config().create().expect("producer");
         for (partition, key, payload) in records {
-            let mut record = BaseRecord::to(topic)
+            let record = BaseRecord::to(topic)
                 .partition(*partition)
                 .key(key.as_bytes())
                 .payload(payload.as_bytes());
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, back)) => {
-                        record = back;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                }
-            }
+            send_retrying(&producer, record);
         }
         producer.flush(TIMEOUT).expect("flush");
     }

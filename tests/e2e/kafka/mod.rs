@@ -11,6 +11,37 @@ mod transactions;
 
 use crate::support::Scratch;
 
+/// A topology `name`: `events` sequence rows (`rate`/s, 0 = unpaced) into
+/// the Kafka sink on topic `out`, checkpointing every 200 ms; `grant` is
+/// the sink's `allow_kafka` line (empty for none), `options` the rest of
+/// its config.
+fn generator_into_kafka(
+    name: &str,
+    brokers: &str,
+    grant: &str,
+    (events, rate): (u32, u32),
+    options: &str,
+) -> String {
+    format!(
+        r#"
+name = "{name}"
+
+[checkpoint]
+interval = "200ms"
+
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = {events}, rate = {rate} }}
+
+[sinks.kafka]
+input = "nums"
+plugin = "kafka-sink"
+{grant}
+config = {{ brokers = "{brokers}", topic = "out", {options} }}
+"#
+    )
+}
+
 /// `{"id": i}` payloads for ids `from..to`, spread over `partitions`.
 fn id_records(from: i64, to: i64, partitions: i32) -> Vec<(i32, String, String)> {
     (from..to)

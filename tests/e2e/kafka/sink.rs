@@ -7,23 +7,12 @@ use super::broker::Broker;
 use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments};
 
 fn sink_topology(addr: &str, grant: &str, events: u32, rate: u32) -> String {
-    format!(
-        r#"
-name = "kout"
-
-[checkpoint]
-interval = "200ms"
-
-[sources.nums]
-plugin = "generator"
-config = {{ kind = "sequence", events = {events}, rate = {rate} }}
-
-[sinks.kafka]
-input = "nums"
-plugin = "kafka-sink"
-{grant}
-config = {{ brokers = "{addr}", topic = "out", delivery = "at_least_once", key = "seq" }}
-"#
+    super::generator_into_kafka(
+        "kout",
+        addr,
+        grant,
+        (events, rate),
+        r#"delivery = "at_least_once", key = "seq""#,
     )
 }
 

@@ -16,24 +16,12 @@ use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments};
 
 fn topology(brokers: &str, events: u32, rate: u32) -> String {
     let grant: Vec<String> = brokers.split(',').map(|b| format!("\"{b}\"")).collect();
-    format!(
-        r#"
-name = "ktx"
-
-[checkpoint]
-interval = "200ms"
-
-[sources.nums]
-plugin = "generator"
-config = {{ kind = "sequence", events = {events}, rate = {rate} }}
-
-[sinks.kafka]
-input = "nums"
-plugin = "kafka-sink"
-allow_kafka = [{grant}]
-config = {{ brokers = "{brokers}", topic = "out", key = "seq", timeout_ms = 10000 }}
-"#,
-        grant = grant.join(", ")
+    super::generator_into_kafka(
+        "ktx",
+        brokers,
+        &format!("allow_kafka = [{}]", grant.join(", ")),
+        (events, rate),
+        r#"key = "seq", timeout_ms = 10000"#,
     )
 }
 

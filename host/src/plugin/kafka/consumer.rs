@@ -56,6 +56,7 @@ impl KafkaConsumer {
         mut config: rdkafka::ClientConfig,
         topology: &str,
         source: &str,
+        task: &str,
     ) -> Result<Self, KafkaError> {
         if config.get("group.id").is_none() {
             // librdkafka needs one for commits; manual assignment never joins it.
@@ -69,6 +70,7 @@ impl KafkaConsumer {
         let context = LagContext {
             topology: topology.to_string(),
             source: source.to_string(),
+            task: task.to_string(),
         };
         let consumer = config
             .create_with_context(context)

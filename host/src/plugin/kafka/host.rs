@@ -35,7 +35,7 @@ impl HostConsumer for HostState {
         properties: Properties,
     ) -> Result<Resource<KafkaConsumer>, KafkaError> {
         let config = KafkaGrant::client_config(self.kafka.as_ref(), &brokers, &properties)?;
-        let consumer = KafkaConsumer::new(config, &self.topology, &self.stage)?;
+        let consumer = KafkaConsumer::new(config, &self.topology, &self.stage, &self.task)?;
         tracing::debug!(plugin = %self.plugin, task = %self.task, ?brokers, "kafka consumer connected");
         self.table
             .push(consumer)

@@ -16,7 +16,9 @@ use rdkafka::statistics::Statistics;
 /// (topology, source, topic, partition).
 type LagKey = (String, String, String, i32);
 
-static LAG: LazyLock<Mutex<BTreeMap<LagKey, i64>>> = LazyLock::new(Default::default);
+/// Each partition's lag with the task that reported it: a task that stops
+/// removes only its own partitions (another task may own the rest).
+static LAG: LazyLock<Mutex<BTreeMap<LagKey, (String, i64)>>> = LazyLock::new(Default::default);
 
 /// One partition's lag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +40,15 @@ pub fn snapshot() -> Vec<PartitionLag> {
     LAG.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
-        .map(|((topology, source, topic, partition), lag)| PartitionLag {
-            topology: topology.clone(),
-            source: source.clone(),
-            topic: topic.clone(),
-            partition: *partition,
-            lag: *lag,
-        })
+        .map(
+            |((topology, source, topic, partition), (_, lag))| PartitionLag {
+                topology: topology.clone(),
+                source: source.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                lag: *lag,
+            },
+        )
         .collect()
 }
 
@@ -53,6 +57,7 @@ pub fn snapshot() -> Vec<PartitionLag> {
 pub struct LagContext {
     pub(super) topology: String,
     pub(super) source: String,
+    pub(super) task: String,
 }
 
 impl ClientContext for LagContext {
@@ -83,7 +88,7 @@ impl ClientContext for LagContext {
                         topic.clone(),
                         partition,
                     ),
-                    value,
+                    (self.task.clone(), value),
                 );
             }
         }
@@ -94,9 +99,11 @@ impl ConsumerContext for LagContext {}
 
 impl Drop for LagContext {
     fn drop(&mut self) {
-        // A stopped source has no lag to report.
+        // A stopped task has no lag to report; its siblings still do.
         LAG.lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(t, s, _, _), _| !(t == &self.topology && s == &self.source));
+            .retain(|(t, s, _, _), (task, _)| {
+                !(t == &self.topology && s == &self.source && task == &self.task)
+            });
     }
 }

@@ -43,6 +43,10 @@ pub struct KafkaProducer {
     producer: ThreadedProducer<DeliveryContext>,
     /// For the group metadata `send_offsets_to_transaction` needs.
     config: ClientConfig,
+    /// One consumer per group id, made on first use: the group metadata
+    /// comes only from a consumer of that group, and a plugin may send
+    /// offsets every epoch.
+    group_consumers: std::sync::Mutex<std::collections::BTreeMap<String, BaseConsumer>>,
 }
 
 fn timeout(ms: u32) -> Duration {
@@ -65,7 +69,11 @@ impl KafkaProducer {
         let producer = config
             .create_with_context(context)
             .map_err(|e| to_wit("creating the producer", &e))?;
-        Ok(KafkaProducer { producer, config })
+        Ok(KafkaProducer {
+            producer,
+            config,
+            group_consumers: Default::default(),
+        })
     }
 
     pub(crate) fn metadata(
@@ -167,15 +175,21 @@ impl KafkaProducer {
             tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.offset))
                 .map_err(|e| to_wit(&format!("{}/{}", p.topic, p.partition), &e))?;
         }
-        // Group metadata only comes from a consumer of that group.
-        let mut config = self.config.clone();
-        config.remove("transactional.id");
-        config.remove("enable.idempotence");
-        config.set("group.id", group_id);
-        let consumer: BaseConsumer = config
-            .create()
-            .map_err(|e| to_wit("creating the group-metadata consumer", &e))?;
-        let Some(group) = consumer.group_metadata() else {
+        let mut consumers = self
+            .group_consumers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !consumers.contains_key(group_id) {
+            let mut config = self.config.clone();
+            config.remove("transactional.id");
+            config.remove("enable.idempotence");
+            config.set("group.id", group_id);
+            let consumer: BaseConsumer = config
+                .create()
+                .map_err(|e| to_wit("creating the group-metadata consumer", &e))?;
+            consumers.insert(group_id.to_string(), consumer);
+        }
+        let Some(group) = consumers.get(group_id).and_then(|c| c.group_metadata()) else {
             return Err(super::refusal(
                 "BadConfig",
                 format!("no group metadata for group `{group_id}`"),

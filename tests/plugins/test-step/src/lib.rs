@@ -196,4 +196,8 @@ fn fv_plugin_sdk_filter(
     RecordBatch::try_new(batch.schema(), columns).map_err(|e| ProcessError::Failed(e.to_string()))
 }
 
-fv_plugin_sdk::export_step!(TestStep);
+fv_plugin_sdk::export_step!(
+    TestStep,
+    capabilities = "files",
+    config_schema = include_str!("../config.schema.json"),
+);

@@ -1,6 +1,11 @@
 //! The plugin registry: publish → resolve → run → lock → tamper → refuse,
-//! against a local directory registry, with the content-addressed cache
-//! and `--locked`.
+//! against a local directory registry (here) and a real OCI registry
+//! (`oci`), with the content-addressed cache and `--locked`; what a
+//! plugin declares about itself (`declarations`).
+
+mod declarations;
+mod oci;
+mod oci_server;
 
 use crate::support::{Scratch, assert_exit, int_column, test_step_wasm};
 
@@ -233,78 +238,152 @@ fn the_lock_moves_only_on_update_and_a_breaking_upgrade_is_refused_at_restart() 
     );
 }
 
+/// The README's "Writing and publishing a plugin" section: its first
+/// `sh` block (the commands) and first `toml` block (the topology).
+fn readme_walkthrough() -> (Vec<String>, String) {
+    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).expect("README");
+    let start = readme
+        .find("### Writing and publishing a plugin")
+        .expect("the README's walkthrough section");
+    let section = &readme[start..];
+    let block = |lang: &str| {
+        let open = format!("```{lang}\n");
+        let from = section.find(&open).expect("a code block") + open.len();
+        let len = section[from..].find("```").expect("closed block");
+        section[from..from + len].to_string()
+    };
+    let commands = block("sh")
+        .lines()
+        .map(|l| l.split_once(" #").map_or(l, |(c, _)| c).trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    (commands, block("toml"))
+}
+
 #[test]
-fn a_scaffolded_step_builds_for_wasm_publishes_and_runs_in_a_topology() {
+fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
     let s = Scratch::new();
-    let new = fvhost(&s, &["plugin", "new", "acme:above-min", "--kind", "step"]);
-    assert_exit(&new, 0);
-    let dir = s.path().join("above-min");
-    assert!(dir.join("src/lib.rs").exists(), "{}", new.stdout);
-    // Same dependency versions as this workspace, so the build reuses the
-    // plugins' compiled dependencies.
-    std::fs::copy(
-        crate::support::repo().join("Cargo.lock"),
-        dir.join("Cargo.lock"),
-    )
-    .expect("lock");
+    let (commands, topology_text) = readme_walkthrough();
+    assert!(commands.len() >= 8, "{commands:?}");
+    // The plugins' target directory: the scaffold's dependencies are
+    // already compiled there (same Cargo.lock as this workspace).
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .expect("target dir")
         .join("plugins");
-    let build = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(&dir)
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .output()
-        .expect("cargo build");
+    let mut cwd = s.path().to_path_buf();
+    let mut last = None;
+    for line in &commands {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        let output = match args[0] {
+            "cd" => {
+                cwd = cwd.join(args[1]);
+                std::fs::copy(
+                    crate::support::repo().join("Cargo.lock"),
+                    cwd.join("Cargo.lock"),
+                )
+                .expect("lock");
+                std::os::unix::fs::symlink(&target, cwd.join("target")).expect("target link");
+                std::fs::write(cwd.join("topology.toml"), &topology_text).expect("topology");
+                continue;
+            }
+            "cargo" => std::process::Command::new(env!("CARGO"))
+                .args(&args[1..])
+                .current_dir(&cwd)
+                .env_remove("RUSTFLAGS")
+                .env_remove("CARGO_ENCODED_RUSTFLAGS")
+                .output()
+                .expect("cargo"),
+            "fvhost" => fvhost_command(&s, &cwd, &args[1..])
+                .output()
+                .expect("fvhost"),
+            other => panic!("the walkthrough has a command this test does not know: {other}"),
+        };
+        assert!(
+            output.status.success(),
+            "`{line}` failed:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        last = Some((
+            line.clone(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        ));
+    }
+    let (line, _) = last.expect("commands ran");
     assert!(
-        build.status.success(),
-        "{}",
-        String::from_utf8_lossy(&build.stderr)
+        line.starts_with("fvhost run"),
+        "the walkthrough ends with a run: {line}"
     );
-    let wasm = target.join("wasm32-wasip2/release/above_min.wasm");
-    let published = fvhost(&s, &["plugin", "publish", wasm.to_str().expect("utf-8")]);
-    assert_exit(&published, 0);
+    let crate_dir = cwd;
+    let lock = std::fs::read_to_string(crate_dir.join("topology.lock")).expect("topology.lock");
     assert!(
-        published
-            .stdout
-            .contains("published acme:above-min@0.1.0 (step"),
-        "{}",
-        published.stdout
+        lock.contains("package = \"acme:above-min\"") && lock.contains("version = \"0.1.0\""),
+        "{lock}"
     );
-    s.write(
-        "t.toml",
-        &topology("acme:above-min@^0.1").replace(
-            "{ mode = \"filter\", value = 89 }",
-            "{ column = \"price\", min = 94 }",
-        ),
-    );
-    let run = fvhost(
-        &s,
-        &["run", "t.toml", "--no-progress", "--registry", "registry"],
-    );
-    assert_exit(&run, 0);
-    assert_eq!(
-        int_column(&s.output_lines("out"), "price"),
-        (95..100).collect::<Vec<i64>>()
-    );
-    // A config the plugin refuses names the key.
-    s.write(
-        "t.toml",
-        &topology("acme:above-min@^0.1").replace(
-            "{ mode = \"filter\", value = 89 }",
-            "{ column = \"nope\", min = 1 }",
-        ),
-    );
-    let run = fvhost(&s, &["validate", "t.toml"]);
+    let lines = s.output_lines(&format!(
+        "{}/out",
+        crate_dir.strip_prefix(s.path()).expect("inside").display()
+    ));
+    assert_eq!(int_column(&lines, "seq"), (95..100).collect::<Vec<i64>>());
+
+    // What the plugin declares is enforced before it runs: a config that
+    // breaks its schema names the line and key, and a grant it did not
+    // declare is refused.
+    let t = crate_dir.join("topology.toml");
+    let bad = topology_text.replace("min = 94", "min = \"high\"");
+    std::fs::write(&t, &bad).expect("write");
+    let run = fvhost_in(&s, &crate_dir, &["validate", "topology.toml"]);
     assert_exit(&run, 2);
-    assert!(run.stderr.contains("column"), "{}", run.stderr);
+    let line = bad
+        .lines()
+        .position(|l| l.contains("min = \"high\""))
+        .expect("the line")
+        + 1;
+    assert!(
+        run.stderr.contains(&format!("topology.toml:{line}:"))
+            && run.stderr.contains("`stages.big.config.min`")
+            && run.stderr.contains("not of type \"integer\"")
+            && run
+                .stderr
+                .contains("config schema of `acme:above-min@0.1.0`"),
+        "{}",
+        run.stderr
+    );
+    let granted = topology_text.replace(
+        "config = { column = \"seq\", min = 94 }",
+        "config = { column = \"seq\", min = 94 }\nallow_read = [\".\"]",
+    );
+    std::fs::write(&t, &granted).expect("write");
+    let run = fvhost_in(&s, &crate_dir, &["validate", "topology.toml"]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("`stages.big.allow_read`")
+            && run
+                .stderr
+                .contains("does not declare the `files` capability"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `fvhost <args>` in `dir` with the scratch's registry and cache.
+fn fvhost_command(s: &Scratch, dir: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fvhost"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("FVHOST_CACHE_DIR", crate::support::cache_dir())
+        .envs(env(s))
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// Run fvhost in `dir` with the scratch's registry and cache.
+fn fvhost_in(s: &Scratch, dir: &std::path::Path, args: &[&str]) -> crate::support::Run {
+    let out = fvhost_command(s, dir, args).output().expect("fvhost");
+    crate::support::Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }

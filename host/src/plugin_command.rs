@@ -1,0 +1,385 @@
+//! `fvhost plugin …`: the command line of the plugin registry (list,
+//! inspect, publish, pull, yank, new, update). Part of the binary only:
+//! it prints and picks exit codes; the work is in `fvhost::registry`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Subcommand, ValueEnum};
+
+use fvhost::plugin::{CAPABILITIES, Catalog, LoadedPlugin, PluginEngine, SUPPORTED_CONTRACT};
+use fvhost::registry::lock::{ResolveOptions, default_cache_dir, lock_path, pull};
+use fvhost::registry::{PackageName, PackageRef, Registry, published_list};
+use fvhost::topology::Topology;
+
+use crate::EXIT_CONFIG;
+
+/// The registry flag's help, shared by every subcommand.
+const REGISTRY_HELP: &str = "A registry directory, or an OCI registry `oci://host[:port][/prefix]` [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry]";
+
+/// The kind of plugin `fvhost plugin new` scaffolds.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum NewKind {
+    Source,
+    Sink,
+    Step,
+}
+
+#[derive(Subcommand)]
+pub enum PluginCommand {
+    /// List the first-party plugins built into this fvhost (`fv:<name>`),
+    /// then the packages of the registry (name, kind, versions).
+    List {
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+    /// Publish a plugin component under the package name and version in
+    /// its metadata. Versions are immutable; the component must implement
+    /// the world its metadata claims.
+    Publish {
+        /// The `.wasm` component.
+        file: PathBuf,
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+    /// Download the highest non-yanked version matching a requirement
+    /// into the content-addressed cache (and to --output).
+    Pull {
+        /// `namespace:name@requirement`, e.g. `acme:geo-fence@^1.2`.
+        package: String,
+        /// Also copy the component here.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+    /// Hide a published version from new resolutions (locks that pin it
+    /// keep working).
+    Yank {
+        /// `namespace:name@version`.
+        package: String,
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+    /// Scaffold a plugin crate (SDK dependency, a working example of its
+    /// kind, a test) that builds with `cargo build --release --target
+    /// wasm32-wasip2` and publishes as is.
+    New {
+        /// The package, `namespace:name` (or just `name`: `local:name`).
+        name: String,
+        /// What the plugin is.
+        #[arg(long, value_enum)]
+        kind: NewKind,
+        /// Where to create it [default: ./<name>].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The fv-plugin-sdk crate to depend on [default: the SDK of the
+        /// source tree this fvhost was built from].
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Move a topology's lock forward within its requirements: every
+    /// package, or only `package`.
+    Update {
+        /// The topology file.
+        topology: PathBuf,
+        /// Only this package (`namespace:name`).
+        package: Option<String>,
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+    /// Show a plugin's metadata: package, version, kind, contract,
+    /// capabilities, config schema, imports and exports.
+    Inspect {
+        /// A first-party plugin name, a `.wasm` file, or a registry
+        /// package `namespace:name@version` (pulled into the cache).
+        plugin: String,
+        #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
+        registry: Option<String>,
+    },
+}
+
+/// Open `--registry`, else the default.
+fn open_registry(location: Option<String>) -> Result<Registry, fvhost::registry::RegistryError> {
+    Registry::open(&location.unwrap_or_else(Registry::default_location))
+}
+
+/// Print an error and return the configuration-error exit code.
+fn refused(e: impl std::fmt::Display) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {e}");
+    Ok(ExitCode::from(EXIT_CONFIG))
+}
+
+/// Run one `fvhost plugin` subcommand.
+pub fn execute(
+    command: PluginCommand,
+    engine: impl Fn() -> anyhow::Result<PluginEngine>,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        PluginCommand::List { registry } => {
+            let engine = engine()?;
+            let catalog = Catalog::new(&engine);
+            println!("{:<19} {:<7} {:<9} description", "name", "kind", "version");
+            for name in Catalog::first_party_names() {
+                let p = catalog.load_named(name)?;
+                println!(
+                    "{:<19} {:<7} {:<9} {}",
+                    format!("fv:{name}"),
+                    p.metadata.kind,
+                    p.metadata.version,
+                    p.metadata.description
+                );
+            }
+            let registry = match open_registry(registry) {
+                Ok(r) => r,
+                Err(e) => return refused(e),
+            };
+            let packages = match registry.packages() {
+                Ok(p) => p,
+                Err(e) => return refused(e),
+            };
+            println!();
+            println!("registry {}:", registry.location());
+            if packages.is_empty() {
+                println!("  (no packages)");
+            }
+            for (package, versions) in packages {
+                let kind = versions.last().map(|v| v.kind.as_str()).unwrap_or("");
+                println!(
+                    "  {:<28} {:<7} {}",
+                    package.to_string(),
+                    kind,
+                    published_list(&versions)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::Publish { file, registry } => {
+            let engine = engine()?;
+            let registry = match open_registry(registry) {
+                Ok(r) => r,
+                Err(e) => return refused(e),
+            };
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let loaded = match Catalog::new(&engine).load_path(&file) {
+                Ok(l) => l,
+                Err(e) => return refused(e),
+            };
+            match registry.publish(&loaded, &bytes) {
+                Ok((package, v)) => {
+                    println!(
+                        "published {package}@{} ({}, sha256:{}) to {}",
+                        v.version,
+                        v.kind,
+                        v.sha256,
+                        registry.location()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => refused(e),
+            }
+        }
+        PluginCommand::Pull {
+            package,
+            output,
+            registry,
+        } => {
+            let pulled = open_registry(registry).and_then(|registry| {
+                let r = PackageRef::parse(&package)?;
+                pull(&registry, &default_cache_dir(), &r)
+            });
+            let (locked, path) = match pulled {
+                Ok(p) => p,
+                Err(e) => return refused(e),
+            };
+            if let Some(out) = &output {
+                std::fs::copy(&path, out)
+                    .with_context(|| format!("copying {} to {}", path.display(), out.display()))?;
+            }
+            println!(
+                "pulled {}@{} (sha256:{}) from {} to {}",
+                locked.package,
+                locked.version,
+                locked.sha256,
+                locked.registry,
+                output.as_deref().unwrap_or(&path).display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::Yank { package, registry } => {
+            let Some((name, version)) = package.split_once('@') else {
+                return refused("give `namespace:name@version`, e.g. acme:geo-fence@1.2.0");
+            };
+            let yanked = open_registry(registry).and_then(|registry| {
+                registry.yank(&PackageName::parse(name)?, version)?;
+                Ok(registry.location())
+            });
+            match yanked {
+                Ok(location) => {
+                    println!("yanked {package} in {location}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => refused(e),
+            }
+        }
+        PluginCommand::New {
+            name,
+            kind,
+            dir,
+            sdk,
+        } => new_plugin(name, kind, dir, sdk),
+        PluginCommand::Update {
+            topology,
+            package,
+            registry,
+        } => {
+            let mut options = match ResolveOptions::defaults() {
+                Ok(o) => o,
+                Err(e) => return refused(e),
+            };
+            if let Some(location) = registry {
+                options.registry = match Registry::open(&location) {
+                    Ok(r) => r,
+                    Err(e) => return refused(e),
+                };
+            }
+            options.update = Some(package);
+            let resolved = Topology::load(&topology)
+                .and_then(|mut t| fvhost::registry::lock::resolve_topology(&mut t, &options));
+            match resolved {
+                Ok(()) => {
+                    println!("{} updated", lock_path(&topology).display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(d) => {
+                    eprintln!("{d}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        PluginCommand::Inspect { plugin, registry } => {
+            let engine = engine()?;
+            let catalog = Catalog::new(&engine);
+            let loaded = if plugin.ends_with(".wasm") || Path::new(&plugin).exists() {
+                catalog.load_path(Path::new(&plugin))
+            } else if PackageRef::is_package(&plugin) && !plugin.starts_with("fv:") {
+                let pulled = open_registry(registry).and_then(|registry| {
+                    let r = PackageRef::parse(&plugin)?;
+                    pull(&registry, &default_cache_dir(), &r)
+                });
+                match pulled {
+                    Ok((_, path)) => catalog.load_path(&path),
+                    Err(e) => return refused(e),
+                }
+            } else {
+                catalog.load_named(plugin.strip_prefix("fv:").unwrap_or(&plugin))
+            };
+            match loaded {
+                Ok(p) => {
+                    print_inspection(&p);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => refused(e),
+            }
+        }
+    }
+}
+
+fn print_inspection(p: &LoadedPlugin) {
+    let m = &p.metadata;
+    println!("name:         {}", m.name);
+    println!("package:      {}", m.package);
+    println!("version:      {}", m.version);
+    println!("license:      {}", m.license);
+    println!("kind:         {}", m.kind);
+    println!("world:        fv:plugin/{}-plugin@{}", m.kind, m.contract);
+    println!(
+        "contract:     fv:plugin {} (this host supports {})",
+        m.contract, SUPPORTED_CONTRACT
+    );
+    println!("description:  {}", m.description);
+    match &m.capabilities {
+        None => println!("capabilities: (not declared: grants are not checked)"),
+        Some(c) if c.is_empty() => println!("capabilities: none"),
+        Some(c) => {
+            let grants: Vec<String> = c
+                .iter()
+                .map(|c| {
+                    let keys = CAPABILITIES
+                        .iter()
+                        .find(|(k, _)| k == c)
+                        .map_or("?", |(_, keys)| *keys);
+                    format!("{c} ({keys})")
+                })
+                .collect();
+            println!("capabilities: {}", grants.join(", "));
+        }
+    }
+    println!("digest:       sha256:{}", p.digest);
+    println!("size:         {} bytes", p.size);
+    match &m.config_schema {
+        None => println!("config schema: (none: config is not checked before the plugin opens)"),
+        Some(text) => {
+            // As the author wrote it: key order and layout are theirs.
+            println!("config schema:");
+            for line in text.trim().lines() {
+                println!("  {line}");
+            }
+        }
+    }
+    println!("exports:");
+    for e in p.exports.iter() {
+        println!("  {e}");
+    }
+    println!("imports:");
+    for i in p.imports.iter() {
+        println!("  {i}");
+    }
+}
+
+fn new_plugin(
+    name: String,
+    kind: NewKind,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use fvhost::registry::scaffold::{ScaffoldKind, new_plugin};
+    let full = if name.contains(':') {
+        name
+    } else {
+        format!("local:{name}")
+    };
+    let package = match PackageName::parse(&full) {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    let sdk = sdk
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk")));
+    let Ok(sdk) = sdk.canonicalize() else {
+        return refused(format!(
+            "no fv-plugin-sdk at {}; pass --sdk <path to plugins/sdk of an fvhost checkout>",
+            sdk.display()
+        ));
+    };
+    let dir = dir.unwrap_or_else(|| PathBuf::from(&package.name));
+    let kind = match kind {
+        NewKind::Source => ScaffoldKind::Source,
+        NewKind::Sink => ScaffoldKind::Sink,
+        NewKind::Step => ScaffoldKind::Step,
+    };
+    match new_plugin(&dir, &package, kind, &sdk) {
+        Ok(files) => {
+            for f in files {
+                println!("created {}", f.display());
+            }
+            println!(
+                "next: cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+                dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => refused(e),
+    }
+}

@@ -1,0 +1,74 @@
+//! What a plugin declares about itself is checked before it runs: the
+//! contract it was built for, the world its metadata claims, the
+//! capabilities a topology may grant it and the schema of its config.
+
+use super::{fvhost, topology};
+use crate::support::{Scratch, assert_exit, test_step_wasm};
+
+/// The test step with every occurrence of `from` replaced by `to` (same
+/// length, so the component stays well-formed).
+fn patched_step(s: &Scratch, name: &str, from: &str, to: &str) -> std::path::PathBuf {
+    assert_eq!(from.len(), to.len(), "same-length patches only");
+    let mut bytes = std::fs::read(test_step_wasm()).expect("test step");
+    let at: Vec<usize> = (0..bytes.len().saturating_sub(from.len()))
+        .filter(|&i| &bytes[i..i + from.len()] == from.as_bytes())
+        .collect();
+    assert!(!at.is_empty(), "`{from}` in the component");
+    for i in at {
+        bytes[i..i + from.len()].copy_from_slice(to.as_bytes());
+    }
+    let path = s.path().join(name);
+    std::fs::write(&path, bytes).expect("write");
+    path
+}
+
+#[test]
+fn a_plugin_built_for_another_contract_is_refused_naming_both_versions() {
+    let s = Scratch::new();
+    let wasm = patched_step(
+        &s,
+        "future.wasm",
+        "fv:plugin/step@0.3.0",
+        "fv:plugin/step@0.9.0",
+    );
+    let wasm = wasm.to_str().expect("utf-8");
+    s.write(
+        "t.toml",
+        &topology("local:x").replace("plugin = \"local:x\"", &format!("path = \"{wasm}\"")),
+    );
+    let run = fvhost(&s, &["validate", "t.toml"]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("stages.big.path")
+            && run.stderr.contains("built for fv:plugin 0.9.0")
+            && run.stderr.contains("supports fv:plugin 0.3.0"),
+        "{}",
+        run.stderr
+    );
+    let publish = fvhost(&s, &["plugin", "publish", wasm]);
+    assert_exit(&publish, 2);
+    assert!(
+        publish.stderr.contains("fv:plugin 0.9.0"),
+        "{}",
+        publish.stderr
+    );
+}
+
+#[test]
+fn a_plugin_whose_metadata_claims_another_world_is_not_published() {
+    let s = Scratch::new();
+    let wasm = patched_step(&s, "liar.wasm", "kind=step\n", "kind=sink\n");
+    let publish = fvhost(&s, &["plugin", "publish", wasm.to_str().expect("utf-8")]);
+    assert_exit(&publish, 2);
+    assert!(
+        publish.stderr.contains("says it is a sink")
+            && publish.stderr.contains("implements the step world")
+            && publish.stderr.contains("fv:plugin/step@0.3.0"),
+        "{}",
+        publish.stderr
+    );
+    assert!(
+        !s.path().join("registry/local").exists(),
+        "nothing published"
+    );
+}
