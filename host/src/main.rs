@@ -191,14 +191,11 @@ struct PluginResolution {
 
 impl PluginResolution {
     fn options(&self) -> Result<fvhost::registry::lock::ResolveOptions, ExitCode> {
-        let refuse = |e: fvhost::registry::RegistryError| {
-            eprintln!("error: {e}");
-            ExitCode::from(EXIT_CONFIG)
-        };
-        let mut o = fvhost::registry::lock::ResolveOptions::defaults().map_err(refuse)?;
-        if let Some(location) = &self.registry {
-            o.registry = fvhost::registry::Registry::open(location).map_err(refuse)?;
-        }
+        let mut o = fvhost::registry::lock::ResolveOptions::with_registry(self.registry.as_deref())
+            .map_err(|e| {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            })?;
         o.locked = self.locked;
         Ok(o)
     }

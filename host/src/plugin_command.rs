@@ -102,7 +102,7 @@ pub enum PluginCommand {
 
 /// Open `--registry`, else the default.
 fn open_registry(location: Option<String>) -> Result<Registry, fvhost::registry::RegistryError> {
-    Registry::open(&location.unwrap_or_else(Registry::default_location))
+    Registry::open_or_default(location.as_deref())
 }
 
 /// Print an error and return the configuration-error exit code.
@@ -235,16 +235,10 @@ pub fn execute(
             package,
             registry,
         } => {
-            let mut options = match ResolveOptions::defaults() {
+            let mut options = match ResolveOptions::with_registry(registry.as_deref()) {
                 Ok(o) => o,
                 Err(e) => return refused(e),
             };
-            if let Some(location) = registry {
-                options.registry = match Registry::open(&location) {
-                    Ok(r) => r,
-                    Err(e) => return refused(e),
-                };
-            }
             options.update = Some(package);
             let resolved = Topology::load(&topology)
                 .and_then(|mut t| fvhost::registry::lock::resolve_topology(&mut t, &options));

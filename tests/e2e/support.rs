@@ -70,9 +70,15 @@ impl Scratch {
     }
 
     pub fn fvhost_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        self.fvhost_at(self.path(), args, env)
+    }
+
+    /// Run `fvhost <args>` in `dir` (inside the scratch, say) with extra
+    /// environment variables.
+    pub fn fvhost_at(&self, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fvhost"));
         cmd.args(args)
-            .current_dir(self.path())
+            .current_dir(dir)
             .env("FVHOST_CACHE_DIR", cache_dir())
             .env_remove("RUST_LOG");
         for (k, v) in env {

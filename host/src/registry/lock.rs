@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::local::write_atomically;
 use super::{PackageRef, Registry, RegistryError, io};
@@ -55,16 +54,16 @@ pub struct ResolveOptions {
 }
 
 impl ResolveOptions {
-    /// The default registry and cache, nothing locked or updated. A bad
-    /// `$FVHOST_REGISTRY` is refused here, naming the variable.
+    /// The default registry and cache, nothing locked or updated.
     pub fn defaults() -> Result<Self, RegistryError> {
-        let location = Registry::default_location();
-        let registry = Registry::open(&location).map_err(|e| RegistryError::BadLocation {
-            location: format!("FVHOST_REGISTRY={location}"),
-            reason: e.to_string(),
-        })?;
+        Self::with_registry(None)
+    }
+
+    /// The registry at `location` (a `--registry` flag; else the default,
+    /// see [`Registry::open_or_default`]) and the default cache.
+    pub fn with_registry(location: Option<&str>) -> Result<Self, RegistryError> {
         Ok(ResolveOptions {
-            registry,
+            registry: Registry::open_or_default(location)?,
             cache_dir: default_cache_dir(),
             locked: false,
             update: None,
@@ -230,19 +229,13 @@ fn fetch(
         .join("sha256")
         .join(format!("{}.wasm", locked.sha256));
     if let Ok(bytes) = std::fs::read(&cached) {
-        let actual = hex::encode(Sha256::digest(&bytes));
-        if actual != locked.sha256 {
-            return Err(RegistryError::DigestMismatch(Box::new(
-                super::DigestMismatch {
-                    package: locked.package.clone(),
-                    version: locked.version.clone(),
-                    path: cached.display().to_string(),
-                    actual,
-                    expected: locked.sha256.clone(),
-                    expected_from: expected_from.to_string(),
-                },
-            )));
-        }
+        let expected = super::Expected {
+            package: &locked.package,
+            version: &locked.version,
+            sha256: &locked.sha256,
+            from: expected_from,
+        };
+        expected.verify(&bytes, &cached.display().to_string())?;
         return Ok(cached);
     }
     let package = super::PackageName::parse(&locked.package)?;

@@ -46,6 +46,22 @@ impl Registry {
         Ok(Registry::Local(LocalRegistry::open(location)))
     }
 
+    /// `location` (a `--registry` flag) when given, else the default; a
+    /// bad `$FVHOST_REGISTRY` is refused naming the variable.
+    pub fn open_or_default(location: Option<&str>) -> Result<Self, RegistryError> {
+        if let Some(location) = location {
+            return Registry::open(location);
+        }
+        let location = Registry::default_location();
+        Registry::open(&location).map_err(|e| match e {
+            RegistryError::BadLocation { reason, .. } => RegistryError::BadLocation {
+                location: format!("FVHOST_REGISTRY={location}"),
+                reason,
+            },
+            other => other,
+        })
+    }
+
     /// The default registry: `$FVHOST_REGISTRY` (a directory or an
     /// `oci://` location), else `~/.local/share/fvhost/registry`.
     pub fn default_location() -> String {
@@ -128,18 +144,45 @@ impl Registry {
             }
             Registry::Oci(r) => r.download(p, version, sha256, expected_from)?,
         };
-        let actual = hex::encode(Sha256::digest(&bytes));
-        if actual != sha256 {
-            return Err(RegistryError::DigestMismatch(Box::new(DigestMismatch {
-                package: p.to_string(),
-                version: version.to_string(),
-                path: from,
-                actual,
-                expected: sha256.to_string(),
-                expected_from: expected_from.to_string(),
-            })));
-        }
+        let expected = Expected {
+            package: &p.to_string(),
+            version,
+            sha256,
+            from: expected_from,
+        };
+        expected.verify(&bytes, &from)?;
         Ok(bytes)
+    }
+}
+
+/// The digest some record (a lock, a registry entry) expects for a
+/// package version's bytes.
+pub(crate) struct Expected<'a> {
+    /// `namespace:name`.
+    pub package: &'a str,
+    /// The version.
+    pub version: &'a str,
+    /// SHA-256, hex.
+    pub sha256: &'a str,
+    /// Who recorded it.
+    pub from: &'a str,
+}
+
+impl Expected<'_> {
+    /// `bytes` (read from `path`) must hash to the expected digest.
+    pub(crate) fn verify(&self, bytes: &[u8], path: &str) -> Result<(), RegistryError> {
+        let actual = hex::encode(Sha256::digest(bytes));
+        if actual == self.sha256 {
+            return Ok(());
+        }
+        Err(RegistryError::DigestMismatch(Box::new(DigestMismatch {
+            package: self.package.to_string(),
+            version: self.version.to_string(),
+            path: path.to_string(),
+            actual,
+            expected: self.sha256.to_string(),
+            expected_from: self.from.to_string(),
+        })))
     }
 }
 

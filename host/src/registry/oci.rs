@@ -289,50 +289,58 @@ impl OciRegistry {
     }
 
     /// Every version of `p` (a manifest pull each), oldest first.
-    pub fn versions(&self, p: &PackageName) -> Result<Vec<PublishedVersion>, RegistryError> {
-        self.call(|client, auth| async move {
-            let tags = self
-                .tags(&client, &auth, p)
-                .await?
-                .ok_or_else(|| self.unknown(p))?;
-            let mut out = Vec::new();
-            for (version, yanked) in versions_of(&tags) {
-                if let Some(m) = self.manifest(&client, &auth, p, &version).await? {
-                    out.push(self.described(&version, &m, yanked));
-                }
+    async fn described_versions(
+        &self,
+        client: &Client,
+        auth: &RegistryAuth,
+        p: &PackageName,
+    ) -> Result<Vec<PublishedVersion>, RegistryError> {
+        let tags = self
+            .tags(client, auth, p)
+            .await?
+            .ok_or_else(|| self.unknown(p))?;
+        let mut out = Vec::new();
+        for (version, yanked) in versions_of(&tags) {
+            if let Some(m) = self.manifest(client, auth, p, &version).await? {
+                out.push(self.described(&version, &m, yanked));
             }
-            Ok(out)
-        })
+        }
+        Ok(out)
+    }
+
+    /// Every version of `p`, oldest first.
+    pub fn versions(&self, p: &PackageName) -> Result<Vec<PublishedVersion>, RegistryError> {
+        self.call(|client, auth| async move { self.described_versions(&client, &auth, p).await })
     }
 
     /// Every package under the prefix (the registry must serve
-    /// `/v2/_catalog`), with its versions.
+    /// `/v2/_catalog`), with its versions, in one conversation.
     pub fn packages(&self) -> Result<Vec<(PackageName, Vec<PublishedVersion>)>, RegistryError> {
         let probe = Reference::with_tag(self.host.clone(), "catalog".into(), "latest".into());
-        let repositories = self.call(|client, auth| async move {
-            client
+        self.call(|client, auth| async move {
+            let repositories = client
                 .catalog(&probe, &auth, None, None)
                 .await
                 .map(|c| c.repositories)
-                .map_err(|e| self.remote(e))
-        })?;
-        let mut out = Vec::new();
-        for repo in repositories {
-            let Some(rest) = repo.strip_prefix(&self.prefix) else {
-                continue;
-            };
-            let Some((ns, name)) = rest.split_once('/') else {
-                continue;
-            };
-            if let Ok(p) = PackageName::parse(&format!("{ns}:{name}")) {
-                let versions = self.versions(&p)?;
-                if !versions.is_empty() {
-                    out.push((p, versions));
+                .map_err(|e| self.remote(e))?;
+            let mut out = Vec::new();
+            for repo in repositories {
+                let Some((ns, name)) = repo
+                    .strip_prefix(&self.prefix)
+                    .and_then(|rest| rest.split_once('/'))
+                else {
+                    continue;
+                };
+                if let Ok(p) = PackageName::parse(&format!("{ns}:{name}")) {
+                    let versions = self.described_versions(&client, &auth, &p).await?;
+                    if !versions.is_empty() {
+                        out.push((p, versions));
+                    }
                 }
             }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(out)
+        })
     }
 
     /// Tag `p@version`'s manifest `yanked-<version>` too.

@@ -2,25 +2,8 @@
 //! contract it was built for, the world its metadata claims, the
 //! capabilities a topology may grant it and the schema of its config.
 
-use super::{fvhost, topology};
-use crate::support::{Scratch, assert_exit, test_step_wasm};
-
-/// The test step with every occurrence of `from` replaced by `to` (same
-/// length, so the component stays well-formed).
-fn patched_step(s: &Scratch, name: &str, from: &str, to: &str) -> std::path::PathBuf {
-    assert_eq!(from.len(), to.len(), "same-length patches only");
-    let mut bytes = std::fs::read(test_step_wasm()).expect("test step");
-    let at: Vec<usize> = (0..bytes.len().saturating_sub(from.len()))
-        .filter(|&i| &bytes[i..i + from.len()] == from.as_bytes())
-        .collect();
-    assert!(!at.is_empty(), "`{from}` in the component");
-    for i in at {
-        bytes[i..i + from.len()].copy_from_slice(to.as_bytes());
-    }
-    let path = s.path().join(name);
-    std::fs::write(&path, bytes).expect("write");
-    path
-}
+use super::{fvhost, patched_step, topology};
+use crate::support::{Scratch, assert_exit};
 
 #[test]
 fn a_plugin_built_for_another_contract_is_refused_naming_both_versions() {

@@ -47,9 +47,7 @@ fn env(s: &Scratch) -> Vec<(String, String)> {
 }
 
 fn fvhost(s: &Scratch, args: &[&str]) -> crate::support::Run {
-    let env = env(s);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    s.fvhost_env(args, &env)
+    fvhost_in(s, s.path(), args)
 }
 
 #[test]
@@ -165,23 +163,32 @@ fn unknown_packages_and_bad_requirements_name_the_key() {
     assert_exit(&run, 0);
 }
 
-/// The test step with another version in its metadata (same length, so
-/// the custom section stays well-formed): a second "release" of it.
-fn test_step_as(s: &Scratch, version: &str) -> std::path::PathBuf {
+/// The test step with every occurrence of `from` replaced by `to` (same
+/// length, so the component stays well-formed), written to `name`.
+fn patched_step(s: &Scratch, name: &str, from: &str, to: &str) -> std::path::PathBuf {
+    assert_eq!(from.len(), to.len(), "same-length patches only");
     let mut bytes = std::fs::read(test_step_wasm()).expect("test step");
-    let from = b"version=0.1.0\n";
-    let to = format!("version={version}\n");
-    assert_eq!(to.len(), from.len(), "same-length versions only");
     let at: Vec<usize> = (0..bytes.len().saturating_sub(from.len()))
-        .filter(|&i| &bytes[i..i + from.len()] == from)
+        .filter(|&i| &bytes[i..i + from.len()] == from.as_bytes())
         .collect();
-    assert!(!at.is_empty(), "the metadata's version line");
+    assert!(!at.is_empty(), "`{from}` in the component");
     for i in at {
         bytes[i..i + from.len()].copy_from_slice(to.as_bytes());
     }
-    let path = s.path().join(format!("test_step-{version}.wasm"));
+    let path = s.path().join(name);
     std::fs::write(&path, bytes).expect("write");
     path
+}
+
+/// The test step with another version in its metadata: a second
+/// "release" of it.
+fn test_step_as(s: &Scratch, version: &str) -> std::path::PathBuf {
+    patched_step(
+        s,
+        &format!("test_step-{version}.wasm"),
+        "version=0.1.0\n",
+        &format!("version={version}\n"),
+    )
 }
 
 #[test]
@@ -272,10 +279,9 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
         .expect("target dir")
         .join("plugins");
     let mut cwd = s.path().to_path_buf();
-    let mut last = None;
     for line in &commands {
         let args: Vec<&str> = line.split_whitespace().collect();
-        let output = match args[0] {
+        match args[0] {
             "cd" => {
                 cwd = cwd.join(args[1]);
                 std::fs::copy(
@@ -285,32 +291,26 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
                 .expect("lock");
                 std::os::unix::fs::symlink(&target, cwd.join("target")).expect("target link");
                 std::fs::write(cwd.join("topology.toml"), &topology_text).expect("topology");
-                continue;
             }
-            "cargo" => std::process::Command::new(env!("CARGO"))
-                .args(&args[1..])
-                .current_dir(&cwd)
-                .env_remove("RUSTFLAGS")
-                .env_remove("CARGO_ENCODED_RUSTFLAGS")
-                .output()
-                .expect("cargo"),
-            "fvhost" => fvhost_command(&s, &cwd, &args[1..])
-                .output()
-                .expect("fvhost"),
+            "cargo" => {
+                let output = std::process::Command::new(env!("CARGO"))
+                    .args(&args[1..])
+                    .current_dir(&cwd)
+                    .env_remove("RUSTFLAGS")
+                    .env_remove("CARGO_ENCODED_RUSTFLAGS")
+                    .output()
+                    .expect("cargo");
+                assert!(
+                    output.status.success(),
+                    "`{line}` failed:\n{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            "fvhost" => assert_exit(&fvhost_in(&s, &cwd, &args[1..]), 0),
             other => panic!("the walkthrough has a command this test does not know: {other}"),
-        };
-        assert!(
-            output.status.success(),
-            "`{line}` failed:\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        last = Some((
-            line.clone(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-        ));
+        }
     }
-    let (line, _) = last.expect("commands ran");
+    let line = commands.last().expect("commands ran");
     assert!(
         line.starts_with("fvhost run"),
         "the walkthrough ends with a run: {line}"
@@ -367,23 +367,9 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
     );
 }
 
-/// `fvhost <args>` in `dir` with the scratch's registry and cache.
-fn fvhost_command(s: &Scratch, dir: &std::path::Path, args: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fvhost"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env("FVHOST_CACHE_DIR", crate::support::cache_dir())
-        .envs(env(s))
-        .env_remove("RUST_LOG");
-    cmd
-}
-
 /// Run fvhost in `dir` with the scratch's registry and cache.
 fn fvhost_in(s: &Scratch, dir: &std::path::Path, args: &[&str]) -> crate::support::Run {
-    let out = fvhost_command(s, dir, args).output().expect("fvhost");
-    crate::support::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let env = env(s);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    s.fvhost_at(dir, args, &env)
 }
