@@ -44,6 +44,7 @@ fn main() {
                 .map(|t| t.join("plugins"))
                 .unwrap_or_else(|| out_dir.join("plugins-target"))
         });
+    ensure_wasm_target();
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
@@ -95,4 +96,35 @@ fn main() {
         });
     }
     println!("cargo:rustc-env=FV_PLUGIN_DIR={}", plugins_out.display());
+}
+
+/// Add the `wasm32-wasip2` target with rustup when this toolchain lacks it,
+/// so that the README's first command works on a fresh machine. Without
+/// rustup (a distribution's Rust), the plugin build below says what to do.
+fn ensure_wasm_target() {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let installed = Command::new(rustc)
+        .args(["--print", "target-libdir", "--target", "wasm32-wasip2"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .is_some_and(|dir| dir.read_dir().is_ok_and(|mut d| d.next().is_some()));
+    if installed {
+        return;
+    }
+    println!(
+        "cargo:warning=adding the Rust target wasm32-wasip2 (the plugins are Wasm components): rustup target add wasm32-wasip2"
+    );
+    let mut rustup = Command::new("rustup");
+    rustup.args(["target", "add", "wasm32-wasip2"]);
+    if let Ok(toolchain) = env::var("RUSTUP_TOOLCHAIN") {
+        rustup.args(["--toolchain", &toolchain]);
+    }
+    match rustup.status() {
+        Ok(s) if s.success() => {}
+        _ => println!(
+            "cargo:warning=`rustup target add wasm32-wasip2` failed; install the target for this toolchain"
+        ),
+    }
 }

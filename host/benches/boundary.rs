@@ -13,6 +13,8 @@
 //!    of a window snapshot of known state; time from restart to the first
 //!    new output row.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,18 +30,7 @@ use fvhost::runtime::{self, RunControl, StageMetrics};
 use fvhost::topology::Topology;
 
 fn bids(rows: usize) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, false),
-        Field::new("url", DataType::Utf8, false),
-        Field::new(
-            "date_time",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        ),
-    ]));
+    let schema = Arc::new(common::bid_schema());
     let mut x: u64 = 42;
     let mut next = || {
         x = x

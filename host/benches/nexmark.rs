@@ -12,21 +12,21 @@
 //! generating the events in the Wasm source; the batch side reads them
 //! from memory.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 
-use fvhost::epoch::EpochStore;
+use common::{measure, run_topology};
 use fvhost::plugin::{
     Catalog, PluginEngine, SandboxPolicy, SourceInstance, SourcePoll, TaskIdentity,
 };
-use fvhost::runtime::{self, RunControl, StageMetrics};
-use fvhost::topology::Topology;
 
 /// One query: the example's name and its batch SQL over tables `person`,
 /// `auction`, `bid` and `side_input`.
@@ -105,25 +105,6 @@ const QUERIES: &[Query] = &[
     },
 ];
 
-/// CPU seconds used by the whole process so far.
-fn cpu_seconds() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a complete rusage into the pointer it is given.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(usage.ru_utime) + t(usage.ru_stime)
-}
-
-/// Wall and CPU time of `f`.
-fn measure<T>(f: impl FnOnce() -> T) -> (T, Duration, f64) {
-    let (wall, cpu) = (Instant::now(), cpu_seconds());
-    let out = f();
-    (out, wall.elapsed(), cpu_seconds() - cpu)
-}
-
 /// The example's text with `events` events and a blackhole sink.
 fn bench_topology(text: &str, events: u64, checkpoint: &str) -> String {
     let mut out = format!("[checkpoint]\ninterval = \"{checkpoint}\"\n");
@@ -159,19 +140,6 @@ fn bench_topology(text: &str, events: u64, checkpoint: &str) -> String {
     }
     let input = sink_input.expect("the example's sink input");
     format!("name = \"bench\"\n{out}[sinks.out]\ninput = {input}\nplugin = \"blackhole-sink\"\n")
-}
-
-/// Run one topology to its end; its wall and CPU time.
-fn stream(engine: &PluginEngine, dir: &Path, text: &str) -> (Duration, f64) {
-    let state = tempfile::tempdir().expect("state dir");
-    let topology = Topology::parse(&dir.join("bench.toml"), text).unwrap_or_else(|d| panic!("{d}"));
-    let ((), wall, cpu) = measure(|| {
-        let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
-        let metrics = StageMetrics::for_plan(&plan);
-        let store = EpochStore::open(&state.path().display().to_string()).expect("store");
-        runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
-    });
-    (wall, cpu)
 }
 
 /// The events of one Nexmark stream, read from the generator plugin.
@@ -236,8 +204,7 @@ fn batch(
 }
 
 fn main() {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache");
-    let engine = PluginEngine::new(Some(cache)).expect("engine");
+    let engine = common::engine();
     let events: u64 = std::env::var("FV_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -300,8 +267,8 @@ fn main() {
         }
         let text =
             std::fs::read_to_string(examples.join(format!("{}.toml", q.name))).expect("example");
-        let (wall, cpu) = stream(&engine, dir.path(), &bench_topology(&text, events, "1h"));
-        let (_, cpu_on) = stream(&engine, dir.path(), &bench_topology(&text, events, "10s"));
+        let (wall, cpu) = run_topology(&engine, dir.path(), &bench_topology(&text, events, "1h"));
+        let (_, cpu_on) = run_topology(&engine, dir.path(), &bench_topology(&text, events, "10s"));
         let (_, _, batch_cpu) = batch(&ctx, &tokio, q.batch_sql);
         let ev = events as f64;
         let per_core = ev / cpu;

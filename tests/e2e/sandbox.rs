@@ -55,3 +55,53 @@ fn a_granted_directory_is_readable() {
         "{lines:?}"
     );
 }
+
+/// Grants outside the topology's directory: the plugin sees each granted
+/// directory at the path the topology wrote — absolute, or relative to the
+/// topology file with `..` — and reads a file or a glob there.
+#[test]
+fn directories_granted_by_absolute_path_or_outside_the_topology_directory_are_readable() {
+    let s = Scratch::new();
+    s.write("elsewhere/bids/a.csv", "auction,price\n1,10\n2,20\n");
+    s.write("elsewhere/bids/b.csv", "auction,price\n3,30\n");
+    let absolute = s.path().join("elsewhere/bids").display().to_string();
+    for (grant, path) in [
+        (absolute.clone(), format!("{absolute}/a.csv")),
+        (absolute.clone(), format!("{absolute}/*.csv")),
+        (
+            "../elsewhere/bids".to_string(),
+            "../elsewhere/bids/*.csv".to_string(),
+        ),
+    ] {
+        let _ = std::fs::remove_dir_all(s.path().join("topology/out"));
+        s.write(
+            "topology/t.toml",
+            &format!(
+                r#"
+[sources.bids]
+plugin = "file-source"
+allow_read = ["{grant}"]
+config = {{ path = "{path}", columns = ["auction:int64", "price:int64"] }}
+
+[sinks.out]
+input = "bids"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#
+            ),
+        );
+        let run = s.fvhost_at(
+            &s.path().join("topology"),
+            &["run", "t.toml", "--no-progress", "--from-scratch"],
+            &[],
+        );
+        assert_exit(&run, 0);
+        let expected = if path.ends_with("a.csv") { 2 } else { 3 };
+        assert_eq!(
+            s.output_lines("topology/out").len(),
+            expected,
+            "grant {grant}, path {path}"
+        );
+    }
+}

@@ -109,7 +109,13 @@ impl HostState {
     ) -> Result<Self, String> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let mut builder = WasiCtxBuilder::new();
-        builder.inherit_stdout().stderr(stderr.clone());
+        // Plugins run synchronously on their task's own thread, so a file
+        // read may block that thread; without this every WASI read is a
+        // round trip through a blocking pool (two futex calls per read).
+        builder
+            .allow_blocking_current_thread(true)
+            .inherit_stdout()
+            .stderr(stderr.clone());
         for (name, value) in &policy.env {
             builder.env(name, value);
         }

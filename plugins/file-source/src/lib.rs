@@ -2,18 +2,26 @@
 //!
 //! Each file is a split; its position is the byte offset of the next row
 //! (plus its line number, for messages) — for Parquet, the number of rows
-//! already read — so a restart resumes mid-file.
+//! already read — so a restart resumes mid-file. A CSV or JSON-lines file
+//! larger than `split_bytes` is several splits, byte ranges of that size:
+//! a range owns the lines that start inside it, so tasks read one large
+//! file side by side. Ranges depend on the file alone, never on the
+//! parallelism, so a restart with another parallelism finds every recorded
+//! range again (split `i` of all files goes to task `i % parallelism`).
+//! A Parquet file larger than `split_bytes` is split by row groups.
 //! Rows are cut at line ends (a quoted CSV field may not span lines), which
 //! is what lets every error name the file and line of the bad row.
 //!
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
 
+mod lines;
 mod parquet_file;
 mod schema;
+#[cfg(test)]
+mod split_tests;
 
-use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::RecordBatch;
@@ -45,6 +53,10 @@ pub struct Config {
     /// Rows read to infer the schema (default 1000).
     #[serde(default = "thousand")]
     pub infer_rows: usize,
+    /// CSV and JSON lines: files larger than this are read as byte ranges
+    /// of this size (default 64 MiB).
+    #[serde(default = "sixty_four_mib")]
+    pub split_bytes: u64,
 }
 
 fn yes() -> bool {
@@ -59,6 +71,9 @@ fn fail() -> String {
 fn thousand() -> usize {
     1000
 }
+fn sixty_four_mib() -> u64 {
+    64 << 20
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Format {
@@ -67,16 +82,45 @@ enum Format {
     Parquet,
 }
 
-/// Where reading of one file stands.
+/// Where reading of one file, or of one byte range of it, stands.
 struct SplitState {
+    /// The split's name: the path, or `path#start-end` for a byte range.
+    name: String,
     path: String,
     /// Byte offset of the next row.
     offset: u64,
-    /// 1-based line number of the next row.
+    /// 1-based line number of the next row: in the file, or — a range
+    /// whose origin is [`Origin::Line`] — counted from the range's first line.
     line: u64,
+    /// A byte range of a larger file; `None`: the whole file.
+    range: Option<ByteRange>,
+    /// Parquet: the row groups of a larger file this split reads.
+    row_groups: Option<std::ops::Range<usize>>,
     done: bool,
     /// Parquet only: the open reader (positioned at `offset` rows).
     parquet: Option<parquet_file::ParquetCursor>,
+    /// CSV and JSON lines: the open file (positioned at `offset`).
+    text: Option<lines::LineReader>,
+}
+
+/// The part of a file one split reads: the lines that start before `end`.
+#[derive(Clone, Copy)]
+struct ByteRange {
+    end: u64,
+    origin: Origin,
+}
+
+/// What a range's `line` counts from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The file's first range: lines count from the start of the file.
+    FileStart,
+    /// A later range not opened yet: its first line is still to be found
+    /// (the first line end at or after its start byte).
+    Unaligned,
+    /// Lines count from the range's first line, which starts at this byte
+    /// (its number in the file is counted only for an error message).
+    Line(u64),
 }
 
 /// One file-source task.
@@ -88,9 +132,6 @@ pub struct FileSource {
     splits: Vec<SplitState>,
     current: usize,
 }
-
-/// Bytes read per poll at most (the batch is cut at a line end within them).
-const CHUNK_BYTES: usize = 8 << 20;
 
 impl Source for FileSource {
     type Config = Config;
@@ -163,33 +204,41 @@ impl Source for FileSource {
             )?,
         };
         let mut splits = Vec::new();
-        for (i, path) in files.into_iter().enumerate() {
-            if i as u32 % task.parallelism.max(1) != task.task_index {
-                continue;
-            }
-            let (offset, line) = if format == Format::Csv && config.header {
-                schema::check_header(&path, &schema, delimiter)?
-            } else if format == Format::Parquet {
-                let file_schema = parquet_file::schema(&path)?;
-                if file_schema.fields() != schema.fields() {
-                    return Err(ConfigError::at(
-                        "path",
-                        format!(
-                            "`{path}` has schema {file_schema}, unlike the first file's {schema}"
-                        ),
-                    ));
+        let parallelism = task.parallelism.max(1);
+        let mut index = 0u32;
+        for path in files {
+            let (offset, line) = match format {
+                Format::Csv if config.header => schema::check_header(&path, &schema, delimiter)?,
+                Format::Parquet => {
+                    let (file_schema, _) = parquet_file::footer(&path)?;
+                    if file_schema.fields() != schema.fields() {
+                        return Err(ConfigError::at(
+                            "path",
+                            format!(
+                                "`{path}` has schema {file_schema}, unlike the first file's {schema}"
+                            ),
+                        ));
+                    }
+                    (0, 0)
                 }
-                (0, 0)
-            } else {
-                (0, 1)
+                _ => (0, 1),
             };
-            splits.push(SplitState {
-                path,
-                offset,
-                line,
-                done: false,
-                parquet: None,
-            });
+            let split_bytes = config.split_bytes.max(1);
+            let file_splits = if format == Format::Parquet {
+                let (_, sizes) = parquet_file::footer(&path)?;
+                parquet_splits(&path, &sizes, split_bytes)
+            } else {
+                let len = std::fs::metadata(&path)
+                    .map_err(|e| ConfigError::at("path", format!("cannot read `{path}`: {e}")))?
+                    .len();
+                text_splits(&path, offset, line, len, split_bytes)
+            };
+            for split in file_splits {
+                if index % parallelism == task.task_index {
+                    splits.push(split);
+                }
+                index += 1;
+            }
         }
         Ok(FileSource {
             format,
@@ -206,7 +255,7 @@ impl Source for FileSource {
     }
 
     fn splits(&self) -> Vec<String> {
-        self.splits.iter().map(|s| s.path.clone()).collect()
+        self.splits.iter().map(|s| s.name.clone()).collect()
     }
 
     fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String> {
@@ -214,21 +263,35 @@ impl Source for FileSource {
             let split = self
                 .splits
                 .iter_mut()
-                .find(|s| s.path == p.split)
+                .find(|s| s.name == p.split)
                 .ok_or_else(|| {
                     format!(
-                        "a checkpoint names file `{}`, which this task does not read",
+                        "a checkpoint names split `{}`, which this task does not read",
                         p.split
                     )
                 })?;
-            let bytes: [u8; 16] = p
-                .position
-                .as_slice()
-                .try_into()
-                .map_err(|_| format!("bad position for `{}`", p.split))?;
-            split.offset = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
-            split.line = u64::from_le_bytes(bytes[8..].try_into().unwrap_or_default());
-            split.parquet = None; // reopened at the restored row
+            let word = |i: usize| {
+                p.position
+                    .get(i * 8..i * 8 + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes)
+            };
+            let (offset, line) = word(0)
+                .zip(word(1))
+                .ok_or_else(|| format!("bad position for `{}`", p.split))?;
+            match (split.range.as_mut(), word(2), p.position.len()) {
+                (None, None, 16) => {}
+                (Some(r), None, 16) if r.origin == Origin::FileStart => {}
+                (Some(r), Some(first_line), 24) if r.origin != Origin::FileStart => {
+                    r.origin = Origin::Line(first_line);
+                }
+                _ => return Err(format!("bad position for `{}`", p.split)),
+            }
+            split.offset = offset;
+            split.line = line;
+            // Reopened at the restored row or byte.
+            split.parquet = None;
+            split.text = None;
         }
         Ok(())
     }
@@ -247,18 +310,34 @@ impl Source for FileSource {
                 Some(poll) => Ok(poll),
             };
         }
-        let chunk = read_lines(split, max_rows.max(1))?;
+        if split.text.is_none() {
+            split.text = Some(open_text(split)?);
+        }
+        let Some(reader) = split.text.as_mut() else {
+            return Err(format!("`{}` is not open", split.path));
+        };
+        let lines = reader.next_lines(max_rows.max(1), &split.path)?;
+        let (path, line, origin) = (&split.path, split.line, split.range.map(|r| r.origin));
+        let first_line = || match origin {
+            Some(Origin::Line(at)) => lines::count_lines(path, at).map(|before| before + line),
+            _ => Ok(line),
+        };
         let batch = decode(
             self.format,
             &self.schema,
             self.delimiter,
-            &chunk,
+            reader.bytes(),
+            &lines,
+            &first_line,
             self.skip_bad_rows,
             &split.path,
         )?;
-        split.offset = chunk.end_offset;
-        split.line = chunk.end_line;
-        split.done = chunk.eof;
+        split.offset = lines.end_offset;
+        split.line += lines.lines;
+        split.done = lines.eof;
+        if split.done {
+            split.text = None;
+        }
         Ok(Poll::Batch {
             positions: position_of(split),
             batch,
@@ -267,12 +346,103 @@ impl Source for FileSource {
     }
 }
 
-/// Position bytes: offset (bytes, or rows for Parquet) and line number.
+/// The splits of one file: the whole file, or (a text file larger than
+/// `split_bytes`) byte ranges of `split_bytes` from `offset` (the first
+/// row, past any header) on.
+fn text_splits(path: &str, offset: u64, line: u64, len: u64, split_bytes: u64) -> Vec<SplitState> {
+    let whole = |name: String, range| SplitState {
+        name,
+        path: path.to_string(),
+        offset,
+        line,
+        range,
+        row_groups: None,
+        done: false,
+        parquet: None,
+        text: None,
+    };
+    if len.saturating_sub(offset) <= split_bytes {
+        return vec![whole(path.to_string(), None)];
+    }
+    let mut splits = Vec::new();
+    let mut start = offset;
+    while start < len {
+        let end = start.saturating_add(split_bytes).min(len);
+        let first = start == offset;
+        let mut split = whole(
+            format!("{path}#{start}-{end}"),
+            Some(ByteRange {
+                end,
+                origin: if first {
+                    Origin::FileStart
+                } else {
+                    Origin::Unaligned
+                },
+            }),
+        );
+        split.offset = start;
+        splits.push(split);
+        start = end;
+    }
+    splits
+}
+
+/// The splits of a Parquet file: the whole file, or (a file larger than
+/// `split_bytes`) runs of row groups.
+fn parquet_splits(path: &str, sizes: &[u64], split_bytes: u64) -> Vec<SplitState> {
+    let ranges = parquet_file::row_group_ranges(sizes, split_bytes);
+    let whole = ranges.len() <= 1;
+    ranges
+        .into_iter()
+        .map(|groups| SplitState {
+            name: if whole {
+                path.to_string()
+            } else {
+                format!("{path}#rg{}-{}", groups.start, groups.end)
+            },
+            path: path.to_string(),
+            offset: 0,
+            line: 0,
+            range: None,
+            row_groups: (!whole).then_some(groups),
+            done: false,
+            parquet: None,
+            text: None,
+        })
+        .collect()
+}
+
+/// Open a text split at its position; a range opened for the first time
+/// starts at its first line start.
+fn open_text(split: &mut SplitState) -> Result<lines::LineReader, String> {
+    let limit = split.range.map(|r| r.end);
+    match split.range.as_mut() {
+        Some(range) if range.origin == Origin::Unaligned => {
+            let (reader, at) =
+                lines::LineReader::open_at_line_start(&split.path, split.offset, limit)?;
+            range.origin = Origin::Line(at);
+            split.offset = at;
+            split.line = 1;
+            Ok(reader)
+        }
+        _ => lines::LineReader::open(&split.path, split.offset, limit),
+    }
+}
+
+/// Position bytes: offset (bytes, or rows for Parquet) and line number;
+/// for a range whose lines count from its first line, that line's offset.
 fn position_of(split: &SplitState) -> Vec<SplitPosition> {
     let mut position = split.offset.to_le_bytes().to_vec();
     position.extend_from_slice(&split.line.to_le_bytes());
+    if let Some(ByteRange {
+        origin: Origin::Line(at),
+        ..
+    }) = split.range
+    {
+        position.extend_from_slice(&at.to_le_bytes());
+    }
     vec![SplitPosition {
-        split: split.path.clone(),
+        split: split.name.clone(),
         position,
     }]
 }
@@ -282,6 +452,7 @@ fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>,
     if split.parquet.is_none() {
         split.parquet = Some(parquet_file::ParquetCursor::open(
             &split.path,
+            split.row_groups.clone(),
             split.offset,
             max_rows,
         )?);
@@ -308,122 +479,127 @@ fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>,
 }
 
 /// Expand a path or glob into a sorted list of files.
+///
+/// The walk starts at the longest leading part without wildcards, never
+/// at `/` or above it: the plugin sees its granted directories (at the
+/// paths the topology wrote, absolute or relative) but not their parents,
+/// so `glob`, which lists every directory from the root of the pattern
+/// down, would find nothing under `/data/bids`.
 fn expand(pattern: &str) -> Result<Vec<String>, ConfigError> {
-    let paths = glob::glob(pattern)
-        .map_err(|e| ConfigError::at("path", format!("bad glob `{pattern}`: {e}")))?;
+    let wild = |c: &str| c.contains(['*', '?', '[']);
+    let components: Vec<&str> = pattern.split('/').collect();
+    let literal = components.iter().take_while(|c| !wild(c)).count();
     let mut files = Vec::new();
-    for entry in paths {
-        match entry {
-            Ok(p) if p.is_file() => files.push(p.to_string_lossy().into_owned()),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(ConfigError::at(
-                    "path",
-                    format!("cannot read `{}`: {}", e.path().display(), e.error()),
-                ));
-            }
+    if literal == components.len() {
+        if Path::new(pattern).is_file() {
+            files.push(pattern.to_string());
         }
+    } else {
+        let base = match components[..literal].join("/") {
+            b if b.is_empty() && pattern.starts_with('/') => "/".to_string(),
+            b => b,
+        };
+        let rest = components[literal..]
+            .iter()
+            .map(|c| glob::Pattern::new(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConfigError::at("path", format!("bad glob `{pattern}`: {e}")))?;
+        walk(Path::new(&base), &rest, &mut files)?;
     }
     if files.is_empty() {
         return Err(ConfigError::at(
             "path",
             format!(
-                "no file matches `{pattern}` (is its directory granted with allow_read, relative to the topology file?)"
+                "no file matches `{pattern}` (is its directory granted with allow_read? relative paths are relative to the topology file)"
             ),
         ));
     }
     files.sort();
+    files.dedup();
     Ok(files)
 }
 
-/// Complete, non-empty lines read from a split.
-struct Lines {
-    bytes: Vec<u8>,
-    /// (start, end, line number) of each row inside `bytes`.
-    rows: Vec<(usize, usize, u64)>,
-    end_offset: u64,
-    end_line: u64,
-    eof: bool,
-}
-
-fn read_lines(split: &SplitState, max_rows: usize) -> Result<Lines, String> {
-    let mut file =
-        File::open(&split.path).map_err(|e| format!("cannot open `{}`: {e}", split.path))?;
-    file.seek(SeekFrom::Start(split.offset))
-        .map_err(|e| format!("cannot seek in `{}`: {e}", split.path))?;
-    let mut buf = Vec::new();
-    BufReader::new(file)
-        .take(CHUNK_BYTES as u64)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("cannot read `{}`: {e}", split.path))?;
-    let eof_in_chunk = buf.len() < CHUNK_BYTES;
-    let mut rows = Vec::new();
-    let mut start = 0usize;
-    let mut line = split.line;
-    let mut consumed = 0usize;
-    while rows.len() < max_rows && start < buf.len() {
-        let end = match buf[start..].iter().position(|b| *b == b'\n') {
-            Some(i) => start + i + 1,
-            // A last line without a newline is complete only at the end of the file.
-            None if eof_in_chunk => buf.len(),
-            None => break,
-        };
-        let content_end = if end > start && buf[end - 1] == b'\n' {
-            end - 1
-        } else {
-            end
-        };
-        let content_end = if content_end > start && buf[content_end - 1] == b'\r' {
-            content_end - 1
-        } else {
-            content_end
-        };
-        if content_end > start {
-            rows.push((start, content_end, line));
+/// The files under `dir` whose path below it matches `rest`, one pattern
+/// per path component (`**`: any number of directories).
+fn walk(dir: &Path, rest: &[glob::Pattern], files: &mut Vec<String>) -> Result<(), ConfigError> {
+    let Some((first, tail)) = rest.split_first() else {
+        return Ok(());
+    };
+    let listing = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let entries = match std::fs::read_dir(listing) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(ConfigError::at(
+                "path",
+                format!("cannot read `{}`: {e}", listing.display()),
+            ));
         }
-        line += 1;
-        start = end;
-        consumed = end;
+    };
+    if first.as_str() == "**" {
+        walk(dir, tail, files)?;
     }
-    if consumed == 0 && !buf.is_empty() && !eof_in_chunk {
-        return Err(format!(
-            "`{}` line {}: a line longer than {} MiB",
-            split.path,
-            split.line,
-            CHUNK_BYTES >> 20
-        ));
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = dir.join(&name);
+        if first.as_str() == "**" {
+            if path.is_dir() {
+                walk(&path, rest, files)?;
+            }
+        } else if first.matches(&name) {
+            if tail.is_empty() {
+                if path.is_file() {
+                    files.push(path.to_string_lossy().into_owned());
+                }
+            } else if path.is_dir() {
+                walk(&path, tail, files)?;
+            }
+        }
     }
-    let eof = eof_in_chunk && consumed == buf.len();
-    Ok(Lines {
-        bytes: buf,
-        rows,
-        end_offset: split.offset + consumed as u64,
-        end_line: line,
-        eof,
-    })
+    Ok(())
 }
 
-/// Decode the rows of `lines`; on a bad row, find it and report or skip it.
+/// Decode the rows of `lines` (in `bytes`); on a bad row, find it and
+/// report or skip it. `first_line` tells the number of the first line
+/// (only asked on the slow path: for a range it means counting lines).
+#[allow(clippy::too_many_arguments)]
 fn decode(
     format: Format,
     schema: &SchemaRef,
     delimiter: u8,
-    lines: &Lines,
+    bytes: &[u8],
+    lines: &lines::Lines,
+    first_line: &dyn Fn() -> Result<u64, String>,
     skip_bad_rows: bool,
     path: &str,
 ) -> Result<RecordBatch, String> {
-    let all: Vec<usize> = (0..lines.rows.len()).collect();
-    match decode_rows(format, schema, delimiter, lines, &all) {
+    let text = &bytes[lines.start..lines.end];
+    // The common case: the lines go to the decoder as they are, no copy.
+    // Any surprise (a bad row; a quoted field across a line end, which
+    // would not line up rows with lines) takes the row-by-row path below.
+    if lines.plain {
+        match decode_bytes(format, schema, delimiter, text, lines.rows) {
+            Ok(batch) if batch.num_rows() == lines.rows => return Ok(batch),
+            _ => {}
+        }
+    }
+    let rows = row_spans(text, first_line()?);
+    let all: Vec<usize> = (0..rows.len()).collect();
+    match decode_rows(format, schema, delimiter, text, &rows, &all) {
         Ok(batch) => Ok(batch),
         Err(_) => {
             // Slow path, only on bad input: test each row alone to name it.
             let mut good = Vec::with_capacity(all.len());
             for &i in &all {
-                match decode_rows(format, schema, delimiter, lines, &[i]) {
+                match decode_rows(format, schema, delimiter, text, &rows, &[i]) {
                     Ok(_) => good.push(i),
                     Err(e) => {
-                        let (s, end, line) = lines.rows[i];
-                        let text = String::from_utf8_lossy(&lines.bytes[s..end.min(s + 200)]);
+                        let (s, end, line) = rows[i];
+                        let text = String::from_utf8_lossy(&text[s..end.min(s + 200)]);
                         let message = format!("`{path}` line {line}: {} (row: {text})", clean(&e));
                         if skip_bad_rows {
                             log::warn(&format!("skipping a bad row: {message}"));
@@ -435,26 +611,61 @@ fn decode(
                     }
                 }
             }
-            decode_rows(format, schema, delimiter, lines, &good)
+            decode_rows(format, schema, delimiter, text, &rows, &good)
                 .map_err(|e| format!("`{path}`: {}", clean(&e)))
         }
     }
 }
 
+/// (start, end, line number) of each non-empty row in `text`, without its
+/// line end.
+fn row_spans(text: &[u8], first_line: u64) -> Vec<(usize, usize, u64)> {
+    let mut rows = Vec::new();
+    let mut start = 0;
+    let mut line = first_line;
+    while start < text.len() {
+        let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
+        let content_end = if end > start && text[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
+        };
+        if content_end > start {
+            rows.push((start, content_end, line));
+        }
+        line += 1;
+        start = end + 1;
+    }
+    rows
+}
+
+/// Decode the chosen rows, each copied and ended with `\n`.
 fn decode_rows(
     format: Format,
     schema: &SchemaRef,
     delimiter: u8,
-    lines: &Lines,
+    text: &[u8],
+    spans: &[(usize, usize, u64)],
     rows: &[usize],
 ) -> Result<RecordBatch, ArrowError> {
-    let mut feed = Vec::with_capacity(lines.bytes.len());
+    let mut feed = Vec::with_capacity(text.len());
     for &i in rows {
-        let (s, e, _) = lines.rows[i];
-        feed.extend_from_slice(&lines.bytes[s..e]);
+        let (s, e, _) = spans[i];
+        feed.extend_from_slice(&text[s..e]);
         feed.push(b'\n');
     }
-    let batch_size = rows.len() + 1;
+    decode_bytes(format, schema, delimiter, &feed, rows.len())
+}
+
+/// Decode `rows` complete, `\n`-ended rows in one batch.
+fn decode_bytes(
+    format: Format,
+    schema: &SchemaRef,
+    delimiter: u8,
+    feed: &[u8],
+    rows: usize,
+) -> Result<RecordBatch, ArrowError> {
+    let batch_size = rows + 1;
     let batch = match format {
         Format::Csv => {
             let mut decoder = arrow_csv::ReaderBuilder::new(Arc::clone(schema))
@@ -462,7 +673,7 @@ fn decode_rows(
                 .with_delimiter(delimiter)
                 .with_batch_size(batch_size)
                 .build_decoder();
-            feed_all(&feed, |bytes| decoder.decode(bytes))?;
+            feed_all(feed, |bytes| decoder.decode(bytes))?;
             decoder.flush()?
         }
         Format::Parquet => {
@@ -474,7 +685,7 @@ fn decode_rows(
             let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))
                 .with_batch_size(batch_size)
                 .build_decoder()?;
-            feed_all(&feed, |bytes| decoder.decode(bytes))?;
+            feed_all(feed, |bytes| decoder.decode(bytes))?;
             decoder.flush()?
         }
     };

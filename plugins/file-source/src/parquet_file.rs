@@ -1,5 +1,7 @@
 //! Parquet splits: a file's schema comes from its footer, and its position
 //! is the number of rows already emitted (Parquet has no line to cut at).
+//! A file larger than `split_bytes` is several splits, each a run of
+//! consecutive row groups.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -62,6 +64,12 @@ impl ChunkReader for PathReader {
 
 /// The Arrow schema of a Parquet file.
 pub fn schema(path: &str) -> Result<SchemaRef, ConfigError> {
+    Ok(footer(path)?.0)
+}
+
+/// The Arrow schema of a Parquet file and the compressed size of each of
+/// its row groups.
+pub fn footer(path: &str) -> Result<(SchemaRef, Vec<u64>), ConfigError> {
     let file = PathReader::open(path)
         .map_err(|e| ConfigError::at("path", format!("cannot open `{path}`: {e}")))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| {
@@ -70,7 +78,32 @@ pub fn schema(path: &str) -> Result<SchemaRef, ConfigError> {
             format!("`{path}` is not a readable Parquet file: {e}"),
         )
     })?;
-    Ok(std::sync::Arc::clone(builder.schema()))
+    let sizes = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| u64::try_from(g.compressed_size()).unwrap_or(0))
+        .collect();
+    Ok((std::sync::Arc::clone(builder.schema()), sizes))
+}
+
+/// Consecutive row groups of about `split_bytes` (compressed) each, as
+/// `start..end` ranges of row-group indexes; one range when the file is
+/// no larger than `split_bytes`.
+pub fn row_group_ranges(sizes: &[u64], split_bytes: u64) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, size) in sizes.iter().enumerate() {
+        bytes = bytes.saturating_add(*size);
+        if bytes >= split_bytes {
+            ranges.push(start..i + 1);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < sizes.len() || ranges.is_empty() {
+        ranges.push(start..sizes.len());
+    }
+    ranges
 }
 
 /// An open reader positioned at a row.
@@ -79,11 +112,21 @@ pub struct ParquetCursor {
 }
 
 impl ParquetCursor {
-    /// Open `path`, skip `rows_done` rows, read `batch_size` rows per batch.
-    pub fn open(path: &str, rows_done: u64, batch_size: usize) -> Result<Self, String> {
+    /// Open `path` (only `row_groups` of it, when given), skip
+    /// `rows_done` rows, read `batch_size` rows per batch.
+    pub fn open(
+        path: &str,
+        row_groups: Option<std::ops::Range<usize>>,
+        rows_done: u64,
+        batch_size: usize,
+    ) -> Result<Self, String> {
         let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(|e| format!("`{path}` is not a readable Parquet file: {e}"))?
+        let mut builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| format!("`{path}` is not a readable Parquet file: {e}"))?;
+        if let Some(groups) = row_groups {
+            builder = builder.with_row_groups(groups.collect());
+        }
+        let reader = builder
             .with_offset(rows_done as usize)
             .with_batch_size(batch_size.max(1))
             .build()
@@ -97,5 +140,21 @@ impl ParquetCursor {
             .next()
             .transpose()
             .map_err(|e| format!("`{path}`: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_group_ranges;
+
+    #[test]
+    fn row_groups_are_grouped_up_to_the_split_size() {
+        assert_eq!(row_group_ranges(&[10, 10, 10], 100), vec![0..3]);
+        assert_eq!(row_group_ranges(&[10, 10, 10], 10), vec![0..1, 1..2, 2..3]);
+        assert_eq!(
+            row_group_ranges(&[10, 10, 10, 10, 10], 20),
+            vec![0..2, 2..4, 4..5]
+        );
+        assert_eq!(row_group_ranges(&[], 10), vec![0..0]);
     }
 }

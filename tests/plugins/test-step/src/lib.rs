@@ -12,7 +12,9 @@
 //! - `loop`: spin forever in `process`;
 //! - `hog`: allocate without bound in `process`;
 //! - `read-file`: read `path` at open and append its content as a column
-//!   (the sandbox test: it must fail without an `allow_read` grant).
+//!   (the sandbox test: it must fail without an `allow_read` grant);
+//! - `slow`: pass every row on after sleeping `value` milliseconds per
+//!   batch (so that a crash test can kill a run mid-stream).
 
 use std::sync::Arc;
 
@@ -67,7 +69,7 @@ impl Step for TestStep {
                     }
                 }
             }
-            "loop" | "hog" => {}
+            "loop" | "hog" | "slow" => {}
             "read-file" => {
                 let path = config
                     .path
@@ -168,6 +170,14 @@ impl Step for TestStep {
                     hoard.push(vec![1u8; 16 << 20]);
                     std::hint::black_box(&hoard);
                 }
+            }
+            "slow" => {
+                let ms = u64::try_from(self.config.value).unwrap_or(0);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
             }
             "read-file" => {
                 let text = self.content.clone().unwrap_or_default();

@@ -1,0 +1,337 @@
+//! Files through the Wasm `file-source`, against DataFusion's native scan
+//! of the same file, in the same run (`cargo bench --workspace --bench
+//! files`; `FV_BENCH_ROWS` sets the rows, default 10,000,000;
+//! `FV_BENCH_QUERIES=q0,q2` runs some; `FV_BENCH_FILE_SOURCE=old.wasm`
+//! reads through that component instead of the built-in `file-source`, for
+//! a before/after comparison in one run).
+//!
+//! It writes Nexmark bids once as one CSV file and as one Parquet file
+//! (through `generator` → `file-sink`, into the bench's target tmp
+//! directory, reused by later runs), then prints for each query and source
+//! parallelism the wall time, events per second (wall) and per CPU-second
+//! of the whole process, and the ratio to DataFusion's scan of the columns
+//! the query uses (one partition: one core). Checkpoints every 10 s, sink
+//! `blackhole-sink`. Also the read system calls per MB of file of each
+//! fvhost run (`/proc/self/io`). Figures are printed, never asserted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use common::{bid_schema, measure, run_topology};
+use fvhost::plugin::PluginEngine;
+
+/// The CSV file's columns, as `file-source` takes them.
+const CSV_COLUMNS: &str = r#"["auction:int64", "bidder:int64", "price:int64", "channel:utf8", "url:utf8", "date_time:timestamp"]"#;
+
+/// One query: its stages (after source `bids`), the stage the sink reads
+/// and the columns it reads of the file (for the baseline scan).
+struct Query {
+    name: &'static str,
+    stages: &'static str,
+    output: &'static str,
+    columns: &'static [&'static str],
+}
+
+const ALL: &[&str] = &["auction", "bidder", "price", "channel", "url", "date_time"];
+
+const QUERIES: &[Query] = &[
+    Query {
+        name: "q0",
+        stages: "",
+        output: "bids",
+        columns: ALL,
+    },
+    Query {
+        name: "q1",
+        stages: r#"
+[stages.q1]
+input = "bids"
+sql = "SELECT auction, bidder, CAST(price * 0.908 AS BIGINT) AS price, date_time FROM bids"
+"#,
+        output: "q1",
+        columns: &["auction", "bidder", "price", "date_time"],
+    },
+    Query {
+        name: "q2",
+        stages: r#"
+[stages.q2]
+input = "bids"
+sql = "SELECT auction, price FROM bids WHERE auction % 123 = 0"
+"#,
+        output: "q2",
+        columns: &["auction", "price"],
+    },
+    Query {
+        name: "q5",
+        stages: r#"
+[stages.counts]
+input = "bids"
+window = { time = "date_time", size = "10s", slide = "2s" }
+key = ["auction"]
+aggregates = ["count(*) AS bids"]
+parallelism = 2
+
+[stages.hottest]
+input = "counts"
+window = { time = "window_end", size = "2s" }
+top_n = { n = 1, order_by = ["bids DESC", "auction"] }
+"#,
+        output: "hottest",
+        columns: &["auction", "date_time"],
+    },
+    Query {
+        name: "q7",
+        stages: r#"
+[stages.highest]
+input = "bids"
+window = { time = "date_time", size = "10s" }
+top_n = { n = 1, order_by = ["price DESC", "auction", "bidder"] }
+
+[stages.q7]
+input = "highest"
+sql = "SELECT auction, bidder, price, date_time, window_end FROM highest"
+"#,
+        output: "q7",
+        columns: &["auction", "bidder", "price", "date_time"],
+    },
+];
+
+/// Read system calls of this process so far (`syscr` of `/proc/self/io`).
+fn read_syscalls() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("syscr: ").and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// The one file `file-sink` wrote into `dir`.
+fn only_file(dir: &Path) -> PathBuf {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read data dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "one file in {}", dir.display());
+    files.remove(0)
+}
+
+/// Write `rows` bids as CSV (with a header) and as Parquet under `data/`,
+/// unless an earlier run did.
+fn ensure_data(engine: &PluginEngine, dir: &Path, rows: u64) -> (PathBuf, PathBuf) {
+    let done = dir.join("data/complete");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(dir.join("data"));
+        for format in ["csv", "parquet"] {
+            println!("writing {rows} bids as {format} …");
+            let text = format!(
+                r#"name = "write"
+[checkpoint]
+interval = "1h"
+[sources.bids]
+plugin = "generator"
+config = {{ stream = "bid", events = {rows} }}
+[sinks.out]
+input = "bids"
+plugin = "file-sink"
+allow_write = ["data/{format}"]
+config = {{ path = "data/{format}", format = "{format}" }}
+"#
+            );
+            run_topology(engine, dir, &text);
+        }
+        std::fs::write(&done, b"").expect("mark data complete");
+    }
+    (
+        only_file(&dir.join("data/csv")),
+        only_file(&dir.join("data/parquet")),
+    )
+}
+
+/// A file-source topology over `file` for `query`; `plugin` is the
+/// source's `plugin = …` or `path = …` line.
+fn topology(query: &Query, file: &Path, parquet: bool, parallelism: u32, plugin: &str) -> String {
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+    let dir = if parquet { "data/parquet" } else { "data/csv" };
+    let config = if parquet {
+        format!(r#"{{ path = "{dir}/{}" }}"#, name.unwrap_or_default())
+    } else {
+        format!(
+            r#"{{ path = "{dir}/{}", columns = {CSV_COLUMNS} }}"#,
+            name.unwrap_or_default()
+        )
+    };
+    format!(
+        r#"name = "bench"
+[checkpoint]
+interval = "10s"
+
+[sources.bids]
+{plugin}
+parallelism = {parallelism}
+allow_read = ["{dir}"]
+config = {config}
+watermark = {{ column = "date_time" }}
+{stages}
+[sinks.out]
+input = "{output}"
+plugin = "blackhole-sink"
+"#,
+        stages = query.stages,
+        output = query.output,
+    )
+}
+
+/// DataFusion's scan of `columns` of the CSV file, one partition; rows,
+/// wall and CPU time.
+fn datafusion_csv(
+    runtime: &tokio::runtime::Runtime,
+    file: &Path,
+    columns: &[&str],
+) -> (usize, Duration, f64) {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    let schema = bid_schema();
+    let sql = format!("SELECT {} FROM bids", columns.join(", "));
+    measure(|| {
+        runtime.block_on(async {
+            ctx.register_csv(
+                "bids",
+                &file.display().to_string(),
+                CsvReadOptions::new().has_header(true).schema(&schema),
+            )
+            .await
+            .expect("register csv");
+            let mut stream = ctx
+                .sql(&sql)
+                .await
+                .expect("plan")
+                .execute_stream()
+                .await
+                .expect("execute");
+            let mut rows = 0;
+            while let Some(batch) = stream.next().await {
+                rows += batch.expect("batch").num_rows();
+            }
+            rows
+        })
+    })
+}
+
+/// The Parquet scan DataFusion runs (the `parquet` crate's Arrow reader,
+/// projected), one thread; rows, wall and CPU time.
+fn native_parquet(file: &Path, columns: &[&str]) -> (usize, Duration, f64) {
+    measure(|| {
+        let f = std::fs::File::open(file).expect("open parquet");
+        let builder = ParquetRecordBatchReaderBuilder::try_new(f).expect("parquet reader");
+        let mask = ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(8192)
+            .build()
+            .expect("build reader");
+        reader.map(|b| b.expect("batch").num_rows()).sum()
+    })
+}
+
+fn main() {
+    let engine = common::engine();
+    let rows: u64 = std::env::var("FV_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let only: Option<Vec<String>> = std::env::var("FV_BENCH_QUERIES")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
+    let plugin = match std::env::var("FV_BENCH_FILE_SOURCE") {
+        Ok(path) => format!("path = {path:?}"),
+        Err(_) => "plugin = \"file-source\"".to_string(),
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fvhost-bench-files-{rows}"));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let (csv, parquet) = ensure_data(&engine, &dir, rows);
+    let mb = |f: &Path| std::fs::metadata(f).map_or(1.0, |m| m.len() as f64 / 1e6);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+
+    println!(
+        "\nFiles, {rows} bids: CSV {:.0} MB, Parquet {:.0} MB, source {plugin} (per core = rows / CPU seconds of the process)\n",
+        mb(&csv),
+        mb(&parquet)
+    );
+    println!(
+        "{:<12} {:>3} {:>8} {:>12} {:>12} {:>14} {:>9} {:>10} {:>9}",
+        "query",
+        "p",
+        "wall s",
+        "rows/s",
+        "per core",
+        "baseline/core",
+        "ratio",
+        "p2/p1 wall",
+        "reads/MB"
+    );
+    let mut runs: Vec<(&str, bool)> = QUERIES.iter().map(|q| (q.name, false)).collect();
+    runs.push(("q0", true));
+    for (name, is_parquet) in runs {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+            continue;
+        }
+        let Some(query) = QUERIES.iter().find(|q| q.name == name) else {
+            continue;
+        };
+        let file = if is_parquet { &parquet } else { &csv };
+        let (base_rows, _, base_cpu) = if is_parquet {
+            native_parquet(file, query.columns)
+        } else {
+            datafusion_csv(&tokio, file, query.columns)
+        };
+        assert_eq!(base_rows as u64, rows, "baseline read every row");
+        let base_per_core = rows as f64 / base_cpu.max(1e-6);
+        let label = format!("{name} {}", if is_parquet { "parquet" } else { "csv" });
+        let mut wall_p1 = None;
+        for parallelism in [1, 2] {
+            let text = topology(query, file, is_parquet, parallelism, &plugin);
+            let reads = read_syscalls();
+            let (wall, cpu) = run_topology(&engine, &dir, &text);
+            let reads = read_syscalls() - reads;
+            let per_core = rows as f64 / cpu;
+            let p2 = match wall_p1 {
+                None => {
+                    wall_p1 = Some(wall);
+                    String::from("")
+                }
+                Some(w1) => format!("{:.2}x", wall.as_secs_f64() / w1.as_secs_f64()),
+            };
+            println!(
+                "{:<12} {:>3} {:>8.2} {:>12.0} {:>12.0} {:>14.0} {:>8.0}% {:>10} {:>9.1}",
+                label,
+                parallelism,
+                wall.as_secs_f64(),
+                rows as f64 / wall.as_secs_f64(),
+                per_core,
+                base_per_core,
+                100.0 * per_core / base_per_core,
+                p2,
+                reads as f64 / mb(file),
+            );
+        }
+    }
+    println!(
+        "\nbaseline: DataFusion's CSV scan of the query's columns (target_partitions = 1); for Parquet the \
+         parquet crate's projected Arrow reader, which DataFusion's Parquet scan runs."
+    );
+}
