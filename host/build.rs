@@ -29,7 +29,13 @@ fn main() {
         .parent()
         .expect("host/ lives in the workspace")
         .to_path_buf();
-    for dir in ["wit", "plugins", "tests/plugins", "Cargo.lock"] {
+    for dir in [
+        "wit",
+        "plugins",
+        "tests/plugins",
+        "Cargo.lock",
+        ".cargo/config.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=FVHOST_PLUGIN_TARGET_DIR");

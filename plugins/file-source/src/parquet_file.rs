@@ -46,11 +46,18 @@ impl Length for PathReader {
     }
 }
 
+/// Bytes asked of the file at a time when the reader streams (page
+/// headers and pages): one WASI read carries at most 64 KiB.
+const STREAM_BUFFER: usize = 1 << 20;
+
 impl ChunkReader for PathReader {
-    type T = std::io::Take<File>;
+    type T = std::io::BufReader<std::io::Take<File>>;
 
     fn get_read(&self, start: u64) -> Result<Self::T, ParquetError> {
-        Ok(self.at(start)?.take(self.len.saturating_sub(start)))
+        Ok(std::io::BufReader::with_capacity(
+            STREAM_BUFFER,
+            self.at(start)?.take(self.len.saturating_sub(start)),
+        ))
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> Result<Bytes, ParquetError> {
