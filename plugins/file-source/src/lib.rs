@@ -207,10 +207,13 @@ impl Source for FileSource {
         let parallelism = task.parallelism.max(1);
         let mut index = 0u32;
         for path in files {
+            // Parquet: the compressed size of each row group, from the footer.
+            let mut row_groups = None;
             let (offset, line) = match format {
                 Format::Csv if config.header => schema::check_header(&path, &schema, delimiter)?,
                 Format::Parquet => {
-                    let (file_schema, _) = parquet_file::footer(&path)?;
+                    let (file_schema, sizes) = parquet_file::footer(&path)?;
+                    row_groups = Some(sizes);
                     if file_schema.fields() != schema.fields() {
                         return Err(ConfigError::at(
                             "path",
@@ -224,8 +227,7 @@ impl Source for FileSource {
                 _ => (0, 1),
             };
             let split_bytes = config.split_bytes.max(1);
-            let file_splits = if format == Format::Parquet {
-                let (_, sizes) = parquet_file::footer(&path)?;
+            let file_splits = if let Some(sizes) = row_groups {
                 parquet_splits(&path, &sizes, split_bytes)
             } else {
                 let len = std::fs::metadata(&path)
