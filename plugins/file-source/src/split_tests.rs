@@ -239,3 +239,29 @@ fn parquet_row_groups_spread_over_tasks_and_restore_onto_another_parallelism() {
     let source = open(&path, u64::MAX >> 1, 0, 1);
     assert_eq!(source.splits(), vec![path.clone()]);
 }
+
+/// A checkpoint whose position does not fit the split (a damaged or
+/// foreign manifest) is refused with the split's name, never read as an
+/// offset somewhere in the file.
+#[test]
+fn a_position_that_does_not_fit_its_split_is_refused() {
+    let file = csv_file(3000);
+    let path = file.path().to_string_lossy().into_owned();
+    let mut source = open(&path, 2000, 0, 1);
+    let names = source.splits();
+    let (first, later) = (names[0].clone(), names[1].clone());
+    for (split, position) in [
+        (first.clone(), vec![0u8; 24]), // the first range counts lines from the file start
+        (later.clone(), vec![0u8; 16]), // a later range needs where its first line starts
+        (later, vec![0u8; 5]),
+        (first, Vec::new()),
+    ] {
+        let e = source
+            .restore(vec![SplitPosition {
+                split: split.clone(),
+                position,
+            }])
+            .expect_err("refused");
+        assert!(e.contains(&format!("bad position for `{split}`")), "{e}");
+    }
+}
