@@ -148,7 +148,17 @@ fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
         "t.toml",
         "name = \"st\"\n[sources.n]\nplugin = \"generator\"\nconfig = { kind = \"sequence\", events = 1234 }\n[sinks.b]\ninput = \"n\"\nplugin = \"blackhole-sink\"\n",
     );
-    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    // A cache of its own: this run compiles its components, so the main
+    // thread's CPU ("other") is well above the 10 ms tick of /proc even
+    // when everything else is quick.
+    let cache = s.path().join("component-cache").display().to_string();
+    assert_exit(
+        &s.fvhost_env(
+            &["run", "t.toml", "--no-progress"],
+            &[("FVHOST_CACHE_DIR", cache.as_str())],
+        ),
+        0,
+    );
     let run = s.fvhost(&["status", ".fvhost/st"]);
     assert_exit(&run, 0);
     let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
