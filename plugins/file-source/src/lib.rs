@@ -589,7 +589,10 @@ fn decode(
             _ => {}
         }
     }
-    let rows = row_spans(text, first_line()?);
+    // Line numbers count from 0 here; the first line's number is asked for
+    // only when a message needs it (for a later range it means reading the
+    // file up to the range, which must not happen per batch).
+    let rows = row_spans(text);
     let all: Vec<usize> = (0..rows.len()).collect();
     match decode_rows(format, schema, delimiter, text, &rows, &all) {
         Ok(batch) => Ok(batch),
@@ -601,6 +604,7 @@ fn decode(
                     Ok(_) => good.push(i),
                     Err(e) => {
                         let (s, end, line) = rows[i];
+                        let line = first_line()? + line;
                         let text = String::from_utf8_lossy(&text[s..end.min(s + 200)]);
                         let message = format!("`{path}` line {line}: {} (row: {text})", clean(&e));
                         if skip_bad_rows {
@@ -619,12 +623,12 @@ fn decode(
     }
 }
 
-/// (start, end, line number) of each non-empty row in `text`, without its
-/// line end.
-fn row_spans(text: &[u8], first_line: u64) -> Vec<(usize, usize, u64)> {
+/// (start, end, line index from 0) of each non-empty row in `text`,
+/// without its line end.
+fn row_spans(text: &[u8]) -> Vec<(usize, usize, u64)> {
     let mut rows = Vec::new();
     let mut start = 0;
-    let mut line = first_line;
+    let mut line = 0;
     while start < text.len() {
         let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
         let content_end = if end > start && text[end - 1] == b'\r' {
