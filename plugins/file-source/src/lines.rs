@@ -82,12 +82,11 @@ impl LineReader {
                 reader.start += i + 1;
                 break;
             }
-            if reader.eof {
-                reader.start = reader.buf.len();
-                break;
-            }
             // Skip the partial line: it belongs to the range before.
             reader.start = reader.buf.len();
+            if reader.eof {
+                break;
+            }
             reader.fill(path)?;
         }
         let at = reader.base + reader.start as u64;
@@ -104,10 +103,8 @@ impl LineReader {
     pub fn next_lines(&mut self, max_rows: usize, path: &str) -> Result<Lines, String> {
         let mut pos = self.start;
         let (mut rows, mut lines, mut plain) = (0usize, 0u64, true);
-        let mut at_limit = false;
         while rows < max_rows {
             if self.base + pos as u64 >= self.limit {
-                at_limit = true;
                 break;
             }
             match memchr::memchr(b'\n', &self.buf[pos..]) {
@@ -157,9 +154,8 @@ impl LineReader {
             lines,
             plain,
             end_offset: self.base + pos as u64,
-            eof: at_limit
-                || (self.eof && pos == self.buf.len())
-                || self.base + pos as u64 >= self.limit,
+            // Read to the file's end, or to the first line of the next range.
+            eof: (self.eof && pos == self.buf.len()) || self.base + pos as u64 >= self.limit,
         };
         self.start = pos;
         Ok(lines_out)
