@@ -20,6 +20,7 @@ const PLUGINS: &[&str] = &[
     "kafka-source",
     "kafka-sink",
     "test-step",
+    "source-v0-3",
 ];
 
 fn main() {

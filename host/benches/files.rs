@@ -12,7 +12,11 @@
 //! of the whole process, and the ratio to DataFusion's scan of the columns
 //! the query uses (one partition: one core). Checkpoints every 10 s, sink
 //! `blackhole-sink`. Also the read system calls per MB of file of each
-//! fvhost run (`/proc/self/io`). Figures are printed, never asserted.
+//! fvhost run (`/proc/self/io`). Then freshness: `generator` paced at half
+//! the rate it reaches unpaced (measured first, same run), into
+//! `blackhole-sink` (read → write p50/p99/max) and into `file-sink` with
+//! checkpoints every second (read → commit). Figures are printed, never
+//! asserted.
 
 mod common;
 
@@ -24,7 +28,7 @@ use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use common::{bid_schema, measure, run_topology};
+use common::{bid_schema, measure, run_topology, run_with_metrics};
 use fvhost::plugin::{Catalog, PluginEngine};
 
 /// The CSV file's columns, as `file-source` takes them.
@@ -351,4 +355,85 @@ fn main() {
         "\nbaseline: DataFusion's CSV scan of the query's columns (target_partitions = 1); for Parquet the \
          parquet crate's projected Arrow reader, which DataFusion's Parquet scan runs."
     );
+    if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "latency"))
+    {
+        freshness(&engine, &dir);
+    }
+}
+
+/// Read → write and read → commit latency of a source paced at half of
+/// its unpaced rate.
+fn freshness(engine: &PluginEngine, dir: &Path) {
+    let generator = |events: u64, rate: u64, sink: &str, interval: &str| {
+        format!(
+            r#"name = "freshness"
+[checkpoint]
+interval = "{interval}"
+
+[sources.bids]
+plugin = "generator"
+config = {{ events = {events}, rate = {rate} }}
+
+[sinks.out]
+input = "bids"
+{sink}
+"#
+        )
+    };
+    let blackhole = r#"plugin = "blackhole-sink""#;
+    let peak_events = 2_000_000;
+    let (wall, _) = run_topology(engine, dir, &generator(peak_events, 0, blackhole, "10s"));
+    let peak = peak_events as f64 / wall.as_secs_f64();
+    let rate = (peak / 2.0) as u64;
+    let events = rate * 8; // about 8 s of paced input
+    println!(
+        "\nFreshness: generator paced at {rate} rows/s (half of its unpaced {peak:.0} rows/s), 8 s"
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}  target",
+        "sink, latency", "p50 ms", "p99 ms", "max ms"
+    );
+    let ms = |micros: u64| micros as f64 / 1000.0;
+    let metrics = run_with_metrics(engine, dir, &generator(events, rate, blackhole, "10s"));
+    if let Some(sink) = metrics.iter().find(|m| m.kind == "sink") {
+        let h = sink.read_to_write.snapshot();
+        println!(
+            "{:<34} {:>10.1} {:>10.1} {:>10.1}  p99 <= 50 ms",
+            "blackhole-sink, read -> write",
+            ms(h.quantile(0.5).unwrap_or(0)),
+            ms(h.quantile(0.99).unwrap_or(0)),
+            ms(h.max_micros)
+        );
+    }
+    let out = dir.join("freshness-out");
+    let _ = std::fs::remove_dir_all(&out);
+    let file_sink = r#"plugin = "file-sink"
+allow_write = ["freshness-out"]
+config = { path = "freshness-out" }"#;
+    let metrics = run_with_metrics(engine, dir, &generator(events, rate, file_sink, "1s"));
+    let _ = std::fs::remove_dir_all(&out);
+    if let Some(sink) = metrics.iter().find(|m| m.kind == "sink") {
+        for (label, h, target) in [
+            (
+                "file-sink, read -> write",
+                sink.read_to_write.snapshot(),
+                "",
+            ),
+            (
+                "file-sink, read -> commit (1 s)",
+                sink.read_to_commit.snapshot(),
+                "p99 <= 1050 ms",
+            ),
+        ] {
+            println!(
+                "{:<34} {:>10.1} {:>10.1} {:>10.1}  {target}",
+                label,
+                ms(h.quantile(0.5).unwrap_or(0)),
+                ms(h.quantile(0.99).unwrap_or(0)),
+                ms(h.max_micros)
+            );
+        }
+    }
 }

@@ -1,7 +1,7 @@
-//! One large file read by several tasks as byte ranges: the output equals
-//! an unsplit, single-task run row for row — also when runs are killed
-//! with SIGKILL in the middle of the file and resumed with another
-//! parallelism each time.
+//! One large file read by several tasks as byte ranges, and only for the
+//! columns the topology reads: the output equals an unsplit, single-task,
+//! unprojected run row for row — also when runs are killed with SIGKILL in
+//! the middle of the file and resumed with another parallelism each time.
 
 use crate::support::{
     Scratch, assert_exit, crash_seed, int_column, kill_at_random_moments, test_step_wasm,
@@ -9,12 +9,16 @@ use crate::support::{
 
 const ROWS: i64 = 80_000;
 
-/// `data/big.csv`: a header, then `seq,text` rows of varied length (a
-/// CRLF line end and blank lines among them).
+/// `data/big.csv`: a header, then `seq,text,pad` rows of varied length (a
+/// CRLF line end and blank lines among them); no query reads `pad`.
 fn write_data(s: &Scratch) {
-    let mut text = String::from("seq,text\n");
+    let mut text = String::from("seq,text,pad\n");
     for i in 0..ROWS {
-        text.push_str(&format!("{i},row-{}", "y".repeat((i % 29) as usize)));
+        text.push_str(&format!(
+            "{i},row-{},pad-{}",
+            "y".repeat((i % 29) as usize),
+            i * 3
+        ));
         text.push_str(match i % 997 {
             3 => "\r\n",
             5 => "\n\n",
@@ -24,12 +28,15 @@ fn write_data(s: &Scratch) {
     s.write("data/big.csv", &text);
 }
 
-/// The file through a step that sleeps `slow_ms` per batch of 200 rows
-/// (so a run can be killed mid-file) into a file sink.
+/// The file's `seq` and `text` through a step that sleeps `slow_ms` per
+/// batch of 200 rows (so a run can be killed mid-file) into a file sink.
+/// `push_down = false` in the reference run only.
 fn topology(parallelism: u32, split_bytes: u64, slow_ms: u64) -> String {
+    let push_down = split_bytes < u64::MAX >> 1;
     format!(
         r#"name = "splits"
 batch_size = 200
+push_down = {push_down}
 
 [checkpoint]
 interval = "100ms"
@@ -38,10 +45,14 @@ interval = "100ms"
 plugin = "file-source"
 parallelism = {parallelism}
 allow_read = ["data"]
-config = {{ path = "data/big.csv", columns = ["seq:int64", "text:utf8"], split_bytes = {split_bytes} }}
+config = {{ path = "data/big.csv", columns = ["seq:int64", "text:utf8", "pad:utf8"], split_bytes = {split_bytes} }}
+
+[stages.two]
+input = "rows"
+sql = "SELECT seq, text FROM rows"
 
 [stages.slow]
-input = "rows"
+input = "two"
 path = "{wasm}"
 config = {{ mode = "slow", column = "seq", value = {slow_ms} }}
 
@@ -55,7 +66,7 @@ config = {{ path = "out" }}
     )
 }
 
-/// The committed rows of an unsplit run by one task.
+/// The committed rows of an unsplit, unprojected run by one task.
 fn reference() -> Vec<String> {
     let s = Scratch::new();
     write_data(&s);

@@ -16,6 +16,7 @@ mod object_store;
 mod one_build;
 mod pipelines;
 mod poison;
+mod projection;
 mod registry;
 mod sandbox;
 mod serve;

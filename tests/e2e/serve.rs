@@ -334,14 +334,18 @@ fn a_failing_topology_fails_alone() {
     let server = Server::start(&s, None);
     let (status, body) = server.post("/topologies", &sequence("steady", 1_000_000, 2_000), None);
     assert_eq!(status, 201, "{body}");
-    // Rows the CSV source cannot parse fail its run (bad_rows = "fail").
+    // Rows the CSV source cannot parse fail its run (bad_rows = "fail");
+    // the query reads the bad column (an unread one is not parsed).
     let broken = r#"name = "broken"
 [sources.orders]
 plugin = "file-source"
 allow_read = ["data"]
 config = { path = "data/orders.csv", columns = ["id:int64", "amount:float64"] }
-[sinks.out]
+[stages.big]
 input = "orders"
+sql = "SELECT id FROM orders WHERE amount > 1"
+[sinks.out]
+input = "big"
 plugin = "blackhole-sink"
 "#;
     s.write(
@@ -598,6 +602,10 @@ fn metrics_show_the_consumer_lag_of_each_kafka_partition_while_a_source_runs() {
     let addr = broker.addr();
     let topology = format!(
         r#"name = "lagging"
+# Decoding every column keeps each one-message poll slow enough for the
+# 2 s statistics to catch the lag (projected to no column, for the
+# blackhole, the source catches up before the first report).
+push_down = false
 [checkpoint]
 interval = "200ms"
 [sources.events]

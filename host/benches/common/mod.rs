@@ -52,6 +52,18 @@ pub fn run_topology(engine: &PluginEngine, dir: &Path, text: &str) -> (Duration,
     (wall, cpu)
 }
 
+/// Run the topology `text` to its end like [`run_topology`]; the
+/// counters of its sources, stages and sinks.
+pub fn run_with_metrics(engine: &PluginEngine, dir: &Path, text: &str) -> Vec<Arc<StageMetrics>> {
+    let state = tempfile::tempdir().expect("state dir");
+    let topology = Topology::parse(&dir.join("bench.toml"), text).unwrap_or_else(|d| panic!("{d}"));
+    let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
+    let metrics = StageMetrics::for_plan(&plan);
+    let store = EpochStore::open(&state.path().display().to_string()).expect("store");
+    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+    metrics
+}
+
 /// The columns of a Nexmark bid, as the generator writes them.
 pub fn bid_schema() -> Schema {
     Schema::new(vec![

@@ -49,3 +49,42 @@ pub mod kafka {
         },
     });
 }
+
+/// `fv:plugin` 0.3.0 (frozen in `wit/compat/0.3/`): plugins built for it
+/// still run, reading every column. Its `types` records are the current
+/// ones; its `log` import is bound separately (another interface name).
+pub mod v0_3 {
+    pub mod step {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.3",
+            world: "step-plugin",
+            with: {
+                "fv:plugin/types": crate::plugin::bindings::step::fv::plugin::types,
+            },
+        });
+    }
+
+    pub mod source {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.3",
+            world: "source-plugin",
+            with: {
+                "fv:plugin/types": crate::plugin::bindings::step::fv::plugin::types,
+                "fv:plugin/log": super::step::fv::plugin::log,
+            },
+        });
+    }
+
+    pub mod sink {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.3",
+            world: "sink-plugin",
+            with: {
+                "fv:plugin/types": crate::plugin::bindings::step::fv::plugin::types,
+                "fv:plugin/log": super::step::fv::plugin::log,
+            },
+        });
+    }
+
+    pub use step::fv::plugin::log;
+}

@@ -247,12 +247,101 @@ pub struct RejectedRecord {
     pub content: String,
 }
 
+/// The bindings a source was built against.
+enum SourceWorld {
+    Current(bindings::source::SourcePlugin),
+    /// `fv:plugin` 0.3: no `push-down`.
+    V0_3(bindings::v0_3::source::SourcePlugin),
+}
+
+/// Run `$body` with `$s` bound to the plugin interface of either world
+/// of a `*World` enum (0.3 and 0.4 generate distinct but same-shaped
+/// types, so the body is compiled once per world).
+macro_rules! on_world {
+    ($world:expr, $kind:ident, $iface:ident, $resource:ident, |$s:ident| $body:expr) => {
+        match $world {
+            $kind::Current(w) => {
+                let $s = w.$iface().$resource();
+                $body
+            }
+            $kind::V0_3(w) => {
+                let $s = w.$iface().$resource();
+                $body
+            }
+        }
+    };
+}
+
+macro_rules! with_source {
+    ($world:expr, |$s:ident| $body:expr) => {
+        on_world!($world, SourceWorld, fv_plugin_source, source, |$s| $body)
+    };
+}
+
+/// A column filter offered to a source (`column op literal`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnFilter {
+    /// The column.
+    pub column: String,
+    /// The comparison.
+    pub op: Comparison,
+    /// The literal.
+    pub value: Literal,
+}
+
+/// A comparison in a [`ColumnFilter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    /// `=`
+    Eq,
+    /// `<>`
+    NotEq,
+    /// `<`
+    Lt,
+    /// `<=`
+    LtEq,
+    /// `>`
+    Gt,
+    /// `>=`
+    GtEq,
+}
+
+/// The literal of a [`ColumnFilter`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Text(String),
+    /// A boolean.
+    Boolean(bool),
+}
+
+/// What the topology reads of a source: its projection and row filters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanRequest {
+    /// Column names in schema order; `None`: all.
+    pub columns: Option<Vec<String>>,
+    /// Conjunctive filters the source may use to skip data.
+    pub filters: Vec<ColumnFilter>,
+}
+
 /// A source plugin instance for one task.
 pub struct SourceInstance {
     sandbox: Sandbox,
-    world: bindings::source::SourcePlugin,
+    world: SourceWorld,
     resource: ResourceAny,
+    /// The schema of the batches the plugin sends.
+    declared: SchemaRef,
+    /// The schema of the batches this instance returns: `declared`, or
+    /// the projection the topology asked for.
     schema: SchemaRef,
+    /// Where the plugin answered a projection with more columns than
+    /// asked (or, built for 0.3, could not be asked): the indices of
+    /// `schema`'s fields in `declared`.
+    host_projection: Option<Vec<usize>>,
 }
 
 impl SourceInstance {
@@ -271,32 +360,40 @@ impl SourceInstance {
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
-        let pre = bindings::source::SourcePluginPre::new(pre)
-            .map_err(|e| sandbox.instantiate_error(e))?;
         sandbox.arm();
-        let world = pre
-            .instantiate(&mut sandbox.store)
-            .map_err(|e| sandbox.classify(e))?;
+        let world = if plugin.metadata.contract.minor == 3 {
+            let pre = bindings::v0_3::source::SourcePluginPre::new(pre)
+                .map_err(|e| sandbox.instantiate_error(e))?;
+            SourceWorld::V0_3(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            )
+        } else {
+            let pre = bindings::source::SourcePluginPre::new(pre)
+                .map_err(|e| sandbox.instantiate_error(e))?;
+            SourceWorld::Current(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            )
+        };
         sandbox.arm();
-        let resource = world
-            .fv_plugin_source()
-            .source()
+        let resource = with_source!(&world, |s| s
             .call_open(&mut sandbox.store, config, &identity.wit())
             .map_err(|e| sandbox.classify(e))?
-            .map_err(|e| OpenError::Config(rejection(e)))?;
+            .map_err(|e| OpenError::Config(rejection(e)))?);
         sandbox.arm();
-        let schema_bytes = world
-            .fv_plugin_source()
-            .source()
+        let schema_bytes = with_source!(&world, |s| s
             .call_schema(&mut sandbox.store, resource)
-            .map_err(|e| sandbox.classify(e))?;
+            .map_err(|e| sandbox.classify(e))?);
         let schema = ipc::decode_schema(&schema_bytes)
             .map_err(|e| sandbox.reported(format!("sent an unreadable schema: {e}")))?;
         Ok(SourceInstance {
             sandbox,
             world,
             resource,
+            declared: Arc::clone(&schema),
             schema,
+            host_projection: None,
         })
     }
 
@@ -305,19 +402,113 @@ impl SourceInstance {
         Arc::clone(&self.schema)
     }
 
+    /// Whether the plugin takes a [`ScanRequest`] (built for 0.4 or later).
+    pub fn can_push_down(&self) -> bool {
+        matches!(self.world, SourceWorld::Current(_))
+    }
+
+    /// Tell the plugin what the topology reads of it (once, before
+    /// `restore`); from then on batches hold exactly the requested columns
+    /// in schema order. A plugin built for 0.3, or one that answers with
+    /// more columns than asked, is projected by the host after each poll.
+    pub fn push_down(&mut self, request: &ScanRequest) -> Result<SchemaRef, PluginError> {
+        let wanted = match &request.columns {
+            None => Arc::clone(&self.declared),
+            Some(columns) => {
+                let indices: Vec<usize> = (0..self.declared.fields().len())
+                    .filter(|i| columns.contains(self.declared.field(*i).name()))
+                    .collect();
+                if indices.len() != columns.len() {
+                    return Err(self.sandbox.reported(format!(
+                        "was asked for columns [{}], not all of which it has ({})",
+                        columns.join(", "),
+                        self.declared
+                    )));
+                }
+                Arc::new(
+                    self.declared
+                        .project(&indices)
+                        .map_err(|e| self.sandbox.reported(e))?,
+                )
+            }
+        };
+        if let SourceWorld::Current(world) = &self.world {
+            let scan = wit_scan(request);
+            let (source, resource) = (world.fv_plugin_source().source(), self.resource);
+            let bytes = self
+                .sandbox
+                .call(|store| source.call_push_down(store, resource, &scan))?;
+            let answered = ipc::decode_schema(&bytes).map_err(|e| {
+                self.sandbox
+                    .reported(format!("sent an unreadable projected schema: {e}"))
+            })?;
+            self.check_projection(&answered, &wanted)?;
+            self.declared = answered;
+        }
+        self.host_projection = if self.declared.fields() == wanted.fields() {
+            None
+        } else {
+            Some(
+                wanted
+                    .fields()
+                    .iter()
+                    .filter_map(|f| self.declared.index_of(f.name()).ok())
+                    .collect(),
+            )
+        };
+        self.schema = Arc::clone(&wanted);
+        Ok(wanted)
+    }
+
+    /// An answer to a projection is a subsequence of the full schema that
+    /// holds every wanted column.
+    fn check_projection(&self, answered: &Schema, wanted: &Schema) -> Result<(), PluginError> {
+        let mut from = 0;
+        for field in answered.fields() {
+            let Some(at) = self.declared.fields()[from..]
+                .iter()
+                .position(|f| f == field)
+            else {
+                return Err(self.sandbox.reported(format!(
+                    "answered a projection with column `{}: {}`, which is not one of its \
+                     schema's in that order ({})",
+                    field.name(),
+                    field.data_type(),
+                    self.declared
+                )));
+            };
+            from += at + 1;
+        }
+        for wanted in wanted.fields() {
+            if answered.field_with_name(wanted.name()).is_err() {
+                return Err(self.sandbox.reported(format!(
+                    "answered a projection without the requested column `{}`",
+                    wanted.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The splits this task reads.
     pub fn splits(&mut self) -> Result<Vec<String>, PluginError> {
-        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
-        self.sandbox
-            .call_infallible(|store| source.call_splits(store, resource))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_source!(&self.world, |s| sandbox
+            .call_infallible(|store| s.call_splits(store, resource)))
     }
 
     /// Seek to recorded positions.
     pub fn restore(&mut self, positions: &[(String, Vec<u8>)]) -> Result<(), PluginError> {
-        let wit = to_wit(positions);
-        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
-        self.sandbox
-            .call(|store| source.call_restore(store, resource, &wit))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_source!(&self.world, |s| {
+            let wit = positions
+                .iter()
+                .map(|(split, position)| (split.clone(), position.clone()).into())
+                .collect::<Vec<_>>();
+            sandbox.call(|store| s.call_restore(store, resource, &wit))
+        })
     }
 
     /// Tell the plugin `epoch` is committed with these positions.
@@ -326,32 +517,84 @@ impl SourceInstance {
         epoch: u64,
         positions: &[(String, Vec<u8>)],
     ) -> Result<(), PluginError> {
-        let wit = to_wit(positions);
-        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
-        self.sandbox
-            .call(|store| source.call_committed(store, resource, epoch, &wit))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_source!(&self.world, |s| {
+            let wit = positions
+                .iter()
+                .map(|(split, position)| (split.clone(), position.clone()).into())
+                .collect::<Vec<_>>();
+            sandbox.call(|store| s.call_committed(store, resource, epoch, &wit))
+        })
     }
 
     /// Produce at most `max_rows` rows.
     pub fn poll(&mut self, max_rows: u32) -> Result<SourcePoll, PluginError> {
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        let result = match &self.world {
+            SourceWorld::Current(w) => {
+                let s = w.fv_plugin_source().source();
+                sandbox.call(|store| s.call_poll(store, resource, max_rows))?
+            }
+            SourceWorld::V0_3(w) => {
+                use bindings::source::exports::fv::plugin::source as wit;
+                use bindings::v0_3::source::exports::fv::plugin::source::PollResult as Old;
+                let s = w.fv_plugin_source().source();
+                match sandbox.call(|store| s.call_poll(store, resource, max_rows))? {
+                    Old::Batch(b) => wit::PollResult::Batch(wit::SourceBatch {
+                        batch: b.batch,
+                        positions: b
+                            .positions
+                            .into_iter()
+                            .map(|p| wit::SplitPosition {
+                                split: p.split,
+                                position: p.position,
+                            })
+                            .collect(),
+                        rejected: b
+                            .rejected
+                            .into_iter()
+                            .map(|r| wit::RejectedRecord {
+                                split: r.split,
+                                location: r.location,
+                                reason: r.reason,
+                                content: r.content,
+                            })
+                            .collect(),
+                    }),
+                    Old::Idle => wit::PollResult::Idle,
+                    Old::Finished => wit::PollResult::Finished,
+                }
+            }
+        };
+        self.decode_poll(result)
+    }
+
+    fn decode_poll(
+        &self,
+        result: bindings::source::exports::fv::plugin::source::PollResult,
+    ) -> Result<SourcePoll, PluginError> {
         use bindings::source::exports::fv::plugin::source::PollResult;
-        let (source, resource) = (self.world.fv_plugin_source().source(), self.resource);
-        let result = self
-            .sandbox
-            .call(|store| source.call_poll(store, resource, max_rows))?;
         match result {
             PollResult::Batch(b) => {
                 let batch = ipc::decode_batch(b.batch).map_err(|e| {
                     self.sandbox
                         .reported(format!("sent an unreadable batch: {e}"))
                 })?;
-                if batch.schema_ref().fields() != self.schema.fields() {
+                if batch.schema_ref().fields() != self.declared.fields() {
                     return Err(self.sandbox.reported(format!(
                         "sent a batch whose schema {} differs from its declared schema {}",
                         batch.schema(),
-                        self.schema
+                        self.declared
                     )));
                 }
+                let batch = match &self.host_projection {
+                    None => batch,
+                    Some(indices) => batch
+                        .project(indices)
+                        .map_err(|e| self.sandbox.reported(e))?,
+                };
                 Ok(SourcePoll::Batch(
                     batch,
                     b.positions
@@ -377,11 +620,26 @@ impl SourceInstance {
 
 // ------------------------------------------------------------------ sinks
 
+/// The bindings a sink was built against.
+enum SinkWorld {
+    Current(bindings::sink::SinkPlugin),
+    /// `fv:plugin` 0.3: no `input-columns` (it reads every column).
+    V0_3(bindings::v0_3::sink::SinkPlugin),
+}
+
+macro_rules! with_sink {
+    ($world:expr, |$s:ident| $body:expr) => {
+        on_world!($world, SinkWorld, fv_plugin_sink, sink, |$s| $body)
+    };
+}
+
 /// A sink plugin instance for one task.
 pub struct SinkInstance {
     sandbox: Sandbox,
-    world: bindings::sink::SinkPlugin,
+    world: SinkWorld,
     resource: ResourceAny,
+    /// The columns the sink reads, in its order (`None`: all).
+    columns: Option<Vec<String>>,
 }
 
 impl SinkInstance {
@@ -396,54 +654,116 @@ impl SinkInstance {
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
-        let pre =
-            bindings::sink::SinkPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
         sandbox.arm();
-        let world = pre
-            .instantiate(&mut sandbox.store)
-            .map_err(|e| sandbox.classify(e))?;
+        let world = if plugin.metadata.contract.minor == 3 {
+            let pre = bindings::v0_3::sink::SinkPluginPre::new(pre)
+                .map_err(|e| sandbox.instantiate_error(e))?;
+            SinkWorld::V0_3(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            )
+        } else {
+            let pre = bindings::sink::SinkPluginPre::new(pre)
+                .map_err(|e| sandbox.instantiate_error(e))?;
+            SinkWorld::Current(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            )
+        };
         let schema = ipc::encode_schema(input).map_err(|e| sandbox.reported(e))?;
         sandbox.arm();
-        let resource = world
-            .fv_plugin_sink()
-            .sink()
+        let resource = with_sink!(&world, |s| s
             .call_open(&mut sandbox.store, config, &schema, &identity.wit())
             .map_err(|e| sandbox.classify(e))?
-            .map_err(|e| OpenError::Config(rejection(e)))?;
+            .map_err(|e| OpenError::Config(rejection(e)))?);
+        let columns = match &world {
+            SinkWorld::V0_3(_) => None,
+            SinkWorld::Current(w) => {
+                sandbox.arm();
+                w.fv_plugin_sink()
+                    .sink()
+                    .call_input_columns(&mut sandbox.store, resource)
+                    .map_err(|e| sandbox.classify(e))?
+            }
+        };
+        for name in columns.iter().flatten() {
+            if input.field_with_name(name).is_err() {
+                return Err(OpenError::Config(ConfigRejection {
+                    key: None,
+                    message: format!(
+                        "the sink reads column `{name}`, which its input does not have (columns: {})",
+                        input
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }));
+            }
+        }
         Ok(SinkInstance {
             sandbox,
             world,
             resource,
+            columns,
         })
     }
 
-    /// Write a batch of the current epoch.
+    /// The input columns the sink reads (`None`: all).
+    pub fn input_columns(&self) -> Option<&[String]> {
+        self.columns.as_deref()
+    }
+
+    /// Write a batch of the current epoch (projected to the sink's
+    /// [`input_columns`](Self::input_columns)).
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), PluginError> {
-        let bytes = ipc::encode_batch(batch).map_err(|e| self.sandbox.reported(e))?;
-        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
-        self.sandbox
-            .call(|store| sink.call_write(store, resource, &bytes))
+        let bytes = match &self.columns {
+            None => ipc::encode_batch(batch),
+            Some(names) => {
+                let mut indices = Vec::with_capacity(names.len());
+                for name in names {
+                    indices.push(batch.schema_ref().index_of(name).map_err(|_| {
+                        self.sandbox.reported(format!(
+                            "was given a batch without its input column `{name}`"
+                        ))
+                    })?);
+                }
+                let projected = batch
+                    .project(&indices)
+                    .map_err(|e| self.sandbox.reported(e))?;
+                ipc::encode_batch(&projected)
+            }
+        }
+        .map_err(|e| self.sandbox.reported(e))?;
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_sink!(&self.world, |s| sandbox
+            .call(|store| s.call_write(store, resource, &bytes)))
     }
 
     /// Pre-commit `epoch`; returns the handle for `commit`.
     pub fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, PluginError> {
-        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
-        self.sandbox
-            .call(|store| sink.call_prepare(store, resource, epoch))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_sink!(&self.world, |s| sandbox
+            .call(|store| s.call_prepare(store, resource, epoch)))
     }
 
     /// Commit `epoch` (idempotent).
     pub fn commit(&mut self, epoch: u64, handle: &[u8]) -> Result<(), PluginError> {
-        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
-        self.sandbox
-            .call(|store| sink.call_commit(store, resource, epoch, handle))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_sink!(&self.world, |s| sandbox
+            .call(|store| s.call_commit(store, resource, epoch, handle)))
     }
 
     /// Abort `epoch`.
     pub fn abort(&mut self, epoch: u64) -> Result<(), PluginError> {
-        let (sink, resource) = (self.world.fv_plugin_sink().sink(), self.resource);
-        self.sandbox
-            .call(|store| sink.call_abort(store, resource, epoch))
+        let resource = self.resource;
+        let sandbox = &mut self.sandbox;
+        with_sink!(&self.world, |s| sandbox
+            .call(|store| s.call_abort(store, resource, epoch)))
     }
 }
 
@@ -460,12 +780,31 @@ pub enum StepReply {
     BadRows(Vec<BadRow>),
 }
 
+/// The bindings a step was built against (the step interface is the
+/// same in 0.3 and 0.4; only its name differs).
+enum StepWorld {
+    Current(bindings::step::StepPlugin),
+    V0_3(bindings::v0_3::step::StepPlugin),
+}
+
+/// A linked step, ready to instantiate again after a trap.
+enum StepPre {
+    Current(bindings::step::StepPluginPre<HostState>),
+    V0_3(bindings::v0_3::step::StepPluginPre<HostState>),
+}
+
+macro_rules! with_step {
+    ($world:expr, |$s:ident| $body:expr) => {
+        on_world!($world, StepWorld, fv_plugin_step, step, |$s| $body)
+    };
+}
+
 /// A step plugin instance for one task.
 pub struct StepInstance {
     sandbox: Sandbox,
-    world: bindings::step::StepPlugin,
+    world: StepWorld,
     resource: ResourceAny,
-    engine_linker_pre: bindings::step::StepPluginPre<HostState>,
+    engine_linker_pre: StepPre,
     config: String,
     input: SchemaRef,
     /// Indices of the input columns the plugin reads (`None`: all).
@@ -487,8 +826,17 @@ impl StepInstance {
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
-        let pre =
-            bindings::step::StepPluginPre::new(pre).map_err(|e| sandbox.instantiate_error(e))?;
+        let pre = if plugin.metadata.contract.minor == 3 {
+            StepPre::V0_3(
+                bindings::v0_3::step::StepPluginPre::new(pre)
+                    .map_err(|e| sandbox.instantiate_error(e))?,
+            )
+        } else {
+            StepPre::Current(
+                bindings::step::StepPluginPre::new(pre)
+                    .map_err(|e| sandbox.instantiate_error(e))?,
+            )
+        };
         let (world, resource) = Self::start(&mut sandbox, &pre, config, &input)?;
         let mut step = StepInstance {
             sandbox,
@@ -507,23 +855,28 @@ impl StepInstance {
 
     fn start(
         sandbox: &mut Sandbox,
-        pre: &bindings::step::StepPluginPre<HostState>,
+        pre: &StepPre,
         config: &str,
         input: &Schema,
-    ) -> Result<(bindings::step::StepPlugin, ResourceAny), OpenError> {
+    ) -> Result<(StepWorld, ResourceAny), OpenError> {
         sandbox.arm();
-        let world = pre
-            .instantiate(&mut sandbox.store)
-            .map_err(|e| sandbox.classify(e))?;
+        let world = match pre {
+            StepPre::Current(pre) => StepWorld::Current(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            ),
+            StepPre::V0_3(pre) => StepWorld::V0_3(
+                pre.instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?,
+            ),
+        };
         let schema = ipc::encode_schema(input).map_err(|e| sandbox.reported(e))?;
         sandbox.arm();
         let identity = sandbox.identity.wit();
-        let resource = world
-            .fv_plugin_step()
-            .step()
+        let resource = with_step!(&world, |s| s
             .call_open(&mut sandbox.store, config, &schema, &identity)
             .map_err(|e| sandbox.classify(e))?
-            .map_err(|e| OpenError::Config(rejection(e)))?;
+            .map_err(|e| OpenError::Config(rejection(e)))?);
         Ok((world, resource))
     }
 
@@ -531,12 +884,10 @@ impl StepInstance {
     fn describe(&mut self) -> Result<(), OpenError> {
         let resource = self.resource;
         self.sandbox.arm();
-        let columns = self
-            .world
-            .fv_plugin_step()
-            .step()
-            .call_input_columns(&mut self.sandbox.store, resource)
-            .map_err(|e| self.sandbox.classify(e))?;
+        let sandbox = &mut self.sandbox;
+        let columns = with_step!(&self.world, |s| s
+            .call_input_columns(&mut sandbox.store, resource)
+            .map_err(|e| sandbox.classify(e))?);
         self.projection = match columns {
             None => None,
             Some(names) => {
@@ -556,17 +907,25 @@ impl StepInstance {
             }
         };
         self.sandbox.arm();
-        let bytes = self
-            .world
-            .fv_plugin_step()
-            .step()
-            .call_output_schema(&mut self.sandbox.store, resource)
-            .map_err(|e| self.sandbox.classify(e))?;
+        let sandbox = &mut self.sandbox;
+        let bytes = with_step!(&self.world, |s| s
+            .call_output_schema(&mut sandbox.store, resource)
+            .map_err(|e| sandbox.classify(e))?);
         self.output = ipc::decode_schema(&bytes).map_err(|e| {
             self.sandbox
                 .reported(format!("sent an unreadable output schema: {e}"))
         })?;
         Ok(())
+    }
+
+    /// The input columns the plugin reads (`None`: all).
+    pub fn input_columns(&self) -> Option<Vec<String>> {
+        self.projection.as_ref().map(|indices| {
+            indices
+                .iter()
+                .map(|i| self.input.field(*i).name().clone())
+                .collect()
+        })
     }
 
     /// The schema of the rows leaving the step.
@@ -623,12 +982,21 @@ impl StepInstance {
         let bytes = ipc::encode_batch(&sent).map_err(|e| self.sandbox.reported(e))?;
         self.sandbox.arm();
         let resource = self.resource;
-        let result = self
-            .world
-            .fv_plugin_step()
-            .step()
-            .call_process(&mut self.sandbox.store, resource, &bytes)
-            .map_err(|e| self.sandbox.classify(e))?;
+        let sandbox = &mut self.sandbox;
+        let result = match &self.world {
+            StepWorld::Current(w) => w
+                .fv_plugin_step()
+                .step()
+                .call_process(&mut sandbox.store, resource, &bytes)
+                .map_err(|e| sandbox.classify(e))?,
+            StepWorld::V0_3(w) => w
+                .fv_plugin_step()
+                .step()
+                .call_process(&mut sandbox.store, resource, &bytes)
+                .map_err(|e| sandbox.classify(e))?
+                .map(step_output_from_0_3)
+                .map_err(process_error_from_0_3),
+        };
         let output = match result {
             Ok(output) => output,
             Err(ProcessError::BadRows(rows)) => {
@@ -728,16 +1096,74 @@ impl OpenError {
     }
 }
 
-fn to_wit(
-    positions: &[(String, Vec<u8>)],
-) -> Vec<bindings::source::exports::fv::plugin::source::SplitPosition> {
-    positions
-        .iter()
-        .map(
-            |(split, position)| bindings::source::exports::fv::plugin::source::SplitPosition {
-                split: split.clone(),
-                position: position.clone(),
-            },
-        )
-        .collect()
+fn wit_scan(request: &ScanRequest) -> bindings::source::exports::fv::plugin::source::Scan {
+    use bindings::source::exports::fv::plugin::source as wit;
+    wit::Scan {
+        columns: request.columns.clone(),
+        filters: request
+            .filters
+            .iter()
+            .map(|f| wit::ColumnFilter {
+                column: f.column.clone(),
+                op: match f.op {
+                    Comparison::Eq => wit::Comparison::Eq,
+                    Comparison::NotEq => wit::Comparison::NotEq,
+                    Comparison::Lt => wit::Comparison::Lt,
+                    Comparison::LtEq => wit::Comparison::LtEq,
+                    Comparison::Gt => wit::Comparison::Gt,
+                    Comparison::GtEq => wit::Comparison::GtEq,
+                },
+                value: match &f.value {
+                    Literal::Int(v) => wit::Literal::Int(*v),
+                    Literal::Float(v) => wit::Literal::Float(*v),
+                    Literal::Text(v) => wit::Literal::Text(v.clone()),
+                    Literal::Boolean(v) => wit::Literal::Boolean(*v),
+                },
+            })
+            .collect(),
+    }
+}
+
+fn step_output_from_0_3(
+    o: bindings::v0_3::step::exports::fv::plugin::step::StepOutput,
+) -> bindings::step::exports::fv::plugin::step::StepOutput {
+    use bindings::step::exports::fv::plugin::step::StepOutput as New;
+    use bindings::v0_3::step::exports::fv::plugin::step::StepOutput as Old;
+    match o {
+        Old::Keep(bits) => New::Keep(bits),
+        Old::Columns(bytes) => New::Columns(bytes),
+        Old::Batch(bytes) => New::Batch(bytes),
+    }
+}
+
+fn process_error_from_0_3(
+    e: bindings::v0_3::step::exports::fv::plugin::step::ProcessError,
+) -> bindings::step::exports::fv::plugin::step::ProcessError {
+    use bindings::step::exports::fv::plugin::step::{ProcessError as New, RowError};
+    use bindings::v0_3::step::exports::fv::plugin::step::ProcessError as Old;
+    match e {
+        Old::BadRows(rows) => New::BadRows(
+            rows.into_iter()
+                .map(|r| RowError {
+                    row: r.row,
+                    message: r.message,
+                })
+                .collect(),
+        ),
+        Old::Failed(m) => New::Failed(m),
+    }
+}
+
+impl From<(String, Vec<u8>)> for bindings::source::exports::fv::plugin::source::SplitPosition {
+    fn from((split, position): (String, Vec<u8>)) -> Self {
+        Self { split, position }
+    }
+}
+
+impl From<(String, Vec<u8>)>
+    for bindings::v0_3::source::exports::fv::plugin::source::SplitPosition
+{
+    fn from((split, position): (String, Vec<u8>)) -> Self {
+        Self { split, position }
+    }
 }

@@ -7,14 +7,30 @@ use std::fmt;
 
 use wasmparser::{Parser, Payload};
 
-/// The `fv:plugin` versions this host accepts: 0.3.x (0.2.0 added the
+/// The `fv:plugin` version this host is built on: 0.4 (0.2.0 added the
 /// source's `committed` notification, 0.3.0 rejected records in a source
-/// batch).
+/// batch, 0.4.0 the source's `push-down` and the sink's `input-columns`).
 pub const SUPPORTED_CONTRACT: ContractVersion = ContractVersion {
+    major: 0,
+    minor: 4,
+    patch: 0,
+};
+
+/// The oldest `fv:plugin` version this host still runs (bound from
+/// `wit/compat/`): such plugins read every column.
+pub const OLDEST_CONTRACT: ContractVersion = ContractVersion {
     major: 0,
     minor: 3,
     patch: 0,
 };
+
+/// Whether this host runs a plugin built for `plugin`: the current
+/// contract's caret range, or a kept older minor.
+pub fn host_accepts(plugin: &ContractVersion) -> bool {
+    SUPPORTED_CONTRACT.accepts(plugin)
+        || (plugin.major == OLDEST_CONTRACT.major
+            && (OLDEST_CONTRACT.minor..SUPPORTED_CONTRACT.minor).contains(&plugin.minor))
+}
 
 /// A semver version of the `fv:plugin` package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -137,8 +153,8 @@ pub enum MetadataError {
     NotAPlugin(String),
     /// Built for a contract this host does not accept.
     #[error(
-        "was built for fv:plugin {plugin}, but this fvhost supports fv:plugin {host} (>= {host}, < {next}); rebuild the plugin against fv-plugin-sdk {host_minor}, or use an fvhost release that supports {plugin}",
-        next = next_incompatible(host), host_minor = format!("{}.{}", host.major, host.minor)
+        "was built for fv:plugin {plugin}, but this fvhost supports fv:plugin {host} (>= {oldest}, < {next}); rebuild the plugin against fv-plugin-sdk {host_minor}, or use an fvhost release that supports {plugin}",
+        next = next_incompatible(host), oldest = OLDEST_CONTRACT, host_minor = format!("{}.{}", host.major, host.minor)
     )]
     Unsupported {
         /// The plugin's contract version.
@@ -175,7 +191,7 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
                 exports.join(", ")
             })
         })?;
-    if !SUPPORTED_CONTRACT.accepts(&contract) {
+    if !host_accepts(&contract) {
         return Err(MetadataError::Unsupported {
             plugin: contract,
             host: SUPPORTED_CONTRACT,
@@ -252,11 +268,21 @@ mod tests {
     }
 
     #[test]
+    fn the_host_runs_the_kept_older_minor_and_nothing_older_or_newer() {
+        let v = |s| ContractVersion::parse(s).expect("version");
+        assert!(host_accepts(&v("0.4.0")) && host_accepts(&v("0.4.2")));
+        assert!(host_accepts(&v("0.3.0")) && host_accepts(&v("0.3.1")));
+        assert!(!host_accepts(&v("0.2.0")) && !host_accepts(&v("0.5.0")));
+        assert!(!host_accepts(&v("1.3.0")));
+    }
+
+    #[test]
     fn refuses_other_contract_versions_with_both_named() {
         let err = read(b"", &["fv:plugin/step@0.2.0".to_string()]).expect_err("must refuse");
         let text = err.to_string();
         assert!(
-            text.contains("fv:plugin 0.2.0") && text.contains("supports fv:plugin 0.3.0"),
+            text.contains("fv:plugin 0.2.0")
+                && text.contains("supports fv:plugin 0.4.0 (>= 0.3.0, < 0.5.0)"),
             "{text}"
         );
     }

@@ -27,9 +27,11 @@ pub use config_schema::{ConfigSchema, ConfigViolation};
 pub use engine::PluginEngine;
 pub use error::{FailureKind, PluginError};
 pub use instance::{
-    BadRow, ConfigRejection, OpenError, RejectedRecord, SinkInstance, SourceInstance, SourcePoll,
-    StepInstance, StepReply, TaskIdentity,
+    BadRow, ColumnFilter, Comparison, ConfigRejection, Literal, OpenError, RejectedRecord,
+    ScanRequest, SinkInstance, SourceInstance, SourcePoll, StepInstance, StepReply, TaskIdentity,
 };
 pub use kafka::KafkaGrant;
-pub use metadata::{ContractVersion, PluginKind, PluginMetadata, SUPPORTED_CONTRACT};
+pub use metadata::{
+    ContractVersion, OLDEST_CONTRACT, PluginKind, PluginMetadata, SUPPORTED_CONTRACT, host_accepts,
+};
 pub use sandbox::SandboxPolicy;

@@ -180,3 +180,18 @@ impl log::Host for HostState {
         }
     }
 }
+
+/// Plugins built for `fv:plugin` 0.3 import `log@0.3.0`: the same call.
+impl super::bindings::v0_3::log::Host for HostState {
+    fn log(&mut self, level: super::bindings::v0_3::log::Level, message: String) {
+        use super::bindings::v0_3::log::Level as Old;
+        let level = match level {
+            Old::Trace => log::Level::Trace,
+            Old::Debug => log::Level::Debug,
+            Old::Info => log::Level::Info,
+            Old::Warn => log::Level::Warn,
+            Old::Error => log::Level::Error,
+        };
+        log::Host::log(self, level, message);
+    }
+}

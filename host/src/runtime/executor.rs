@@ -636,6 +636,7 @@ impl SourceTask {
             if drained {
                 continue;
             }
+            let read_at = Instant::now();
             match self.instance.poll(self.batch_size)? {
                 SourcePoll::Batch(batch, positions, rejected) => {
                     if !rejected.is_empty() {
@@ -654,7 +655,9 @@ impl SourceTask {
                         None => None,
                     };
                     self.positions.extend(positions);
+                    self.out.reading(Some(read_at));
                     self.out.emit(batch)?;
+                    self.out.reading(None);
                     if let Some(w) = watermark {
                         self.out.watermark(w)?;
                     }
@@ -754,11 +757,14 @@ fn operator_loop(
             continue;
         };
         match ready.recv(&inputs[i]) {
-            Ok(Message::Batch(batch)) => {
+            Ok(Message::Batch(batch, read_at)) => {
                 StageMetrics::add(&out.metrics.batches_in, 1);
                 StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);
                 let started = Instant::now();
-                op.on_batch(sides[i], batch, out)?;
+                out.reading(Some(read_at));
+                let handled = op.on_batch(sides[i], batch, out);
+                out.reading(None);
+                handled?;
                 out.metrics.batch_latency.observe(started.elapsed());
             }
             Ok(Message::Barrier(epoch)) => {

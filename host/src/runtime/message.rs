@@ -1,12 +1,16 @@
 //! The messages that travel on an edge, in order.
 
+use std::time::Instant;
+
 use arrow::array::RecordBatch;
 
 /// One message on an edge between two tasks.
 #[derive(Debug, Clone)]
 pub enum Message {
-    /// Rows. Batches move by reference (`RecordBatch` is `Arc`-backed).
-    Batch(RecordBatch),
+    /// Rows, and when their source read them (for rows a stage made from
+    /// state, when it made them): sinks measure their freshness from it.
+    /// Batches move by reference (`RecordBatch` is `Arc`-backed).
+    Batch(RecordBatch, Instant),
     /// Epoch `N` starts after this point of the stream. A task with several
     /// inputs holds back an input that delivered barrier N until every input
     /// has (alignment), then snapshots and forwards it.

@@ -20,6 +20,7 @@ pub mod operator;
 pub mod operators;
 pub mod plan;
 pub mod progress;
+pub mod projection;
 pub mod status;
 pub mod tap;
 pub mod watermark;

@@ -2,6 +2,7 @@
 //! [`Emitter`] through which an operator sends rows on.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -116,7 +117,7 @@ impl Downstream {
         }
     }
 
-    fn send(&mut self, batch: &RecordBatch) -> Result<(), TaskError> {
+    fn send(&mut self, batch: &RecordBatch, read_at: Instant) -> Result<(), TaskError> {
         if self.senders.is_empty() {
             return Ok(());
         }
@@ -124,7 +125,7 @@ impl Downstream {
             let i = self.next % self.senders.len();
             self.next = self.next.wrapping_add(1);
             return self.senders[i]
-                .send(Message::Batch(batch.clone()))
+                .send(Message::Batch(batch.clone(), read_at))
                 .map_err(|_| TaskError::DownstreamClosed);
         };
         let vnodes = routing.hasher.vnodes(batch).map_err(|e| TaskError::State {
@@ -149,7 +150,7 @@ impl Downstream {
                 })?
             };
             self.senders[task]
-                .send(Message::Batch(part))
+                .send(Message::Batch(part, read_at))
                 .map_err(|_| TaskError::DownstreamClosed)?;
         }
         Ok(())
@@ -166,6 +167,9 @@ pub struct Emitter {
     pub metrics: Arc<StageMetrics>,
     /// Which task of the stage this is (for per-task gauges).
     task: usize,
+    /// When the source read the batch being handled (`None` outside
+    /// `on_batch`: rows made then count from the moment they are sent).
+    read_at: Option<Instant>,
 }
 
 impl Emitter {
@@ -180,7 +184,19 @@ impl Emitter {
             side,
             metrics,
             task: 0,
+            read_at: None,
         }
+    }
+
+    /// The batch being handled was read at `read_at` (`None`: between
+    /// batches). Rows emitted meanwhile carry that time on.
+    pub fn reading(&mut self, read_at: Option<Instant>) {
+        self.read_at = read_at;
+    }
+
+    /// When the rows being handled were read (now, between batches).
+    pub fn read_at(&self) -> Instant {
+        self.read_at.unwrap_or_else(Instant::now)
     }
 
     /// The emitter of task `task` of its stage.
@@ -197,8 +213,9 @@ impl Emitter {
         }
         StageMetrics::add(&self.metrics.rows_out, batch.num_rows() as u64);
         self.metrics.tap.publish(&batch);
+        let read_at = self.read_at();
         for d in &mut self.downstream {
-            d.send(&batch)?;
+            d.send(&batch, read_at)?;
         }
         Ok(())
     }
@@ -212,7 +229,7 @@ impl Emitter {
     pub fn dead_letter(&mut self, batch: RecordBatch) -> Result<(), TaskError> {
         StageMetrics::add(&self.metrics.dead_lettered, batch.num_rows() as u64);
         if let Some(dlq) = &self.side {
-            dlq.send(Message::Batch(batch))
+            dlq.send(Message::Batch(batch, self.read_at()))
                 .map_err(|_| TaskError::DownstreamClosed)?;
         }
         Ok(())
@@ -231,7 +248,7 @@ impl Emitter {
                 stage: "late rows".into(),
                 message: e.to_string(),
             })?;
-            side.send(Message::Batch(late))
+            side.send(Message::Batch(late, self.read_at()))
                 .map_err(|_| TaskError::DownstreamClosed)?;
         }
         Ok(())

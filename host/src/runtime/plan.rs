@@ -9,14 +9,15 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, SchemaRef};
 
 use crate::plugin::{
-    Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, SinkInstance,
-    SourceInstance, StepInstance, TaskIdentity, undeclared_grants,
+    Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, ScanRequest,
+    SinkInstance, SourceInstance, StepInstance, TaskIdentity, undeclared_grants,
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
 use crate::runtime::operators::{
     JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, WindowPlan,
     column_names,
 };
+use crate::runtime::projection;
 use crate::sql::StatelessQuery;
 use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, StageKind, Topology};
 
@@ -217,137 +218,7 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
             Err(e) => p.open_error(&key, e),
         }
     }
-    let mut stages = Vec::new();
-    for node in &topology.stages {
-        let key = format!("stages.{}", node.name);
-        // A join's inputs have their own schemas; every other stage's
-        // inputs must agree.
-        let input = if matches!(node.kind, StageKind::Join(_)) {
-            match node
-                .inputs
-                .iter()
-                .map(|i| schemas.get(i))
-                .collect::<Option<Vec<_>>>()
-            {
-                Some(s) if !s.is_empty() => Some(Arc::clone(s[0])),
-                _ => None,
-            }
-        } else {
-            p.input_schema(&key, &node.inputs, &schemas)
-        };
-        let Some(input) = input else {
-            continue;
-        };
-        let mut tasks = Vec::new();
-        let mut schema = None;
-        match &node.kind {
-            StageKind::Sql(sql) => {
-                if node.inputs.len() != 1 {
-                    p.errors.push(topology.source_map.at_key(
-                        &format!("{key}.input"),
-                        "a SQL stage reads exactly one input",
-                    ));
-                    continue;
-                }
-                for _ in 0..node.parallelism {
-                    match StatelessQuery::plan(sql, &node.inputs[0], Arc::clone(&input)) {
-                        Ok(q) => {
-                            schema = Some(q.output_schema());
-                            tasks.push(StageTask::Sql(q));
-                        }
-                        Err(e) => {
-                            p.errors.push(
-                                topology
-                                    .source_map
-                                    .at_key(&format!("{key}.sql"), e.to_string()),
-                            );
-                            break;
-                        }
-                    }
-                }
-            }
-            StageKind::Window(_)
-            | StageKind::Session(_)
-            | StageKind::TopN(_)
-            | StageKind::Join(_) => {
-                match stateful_plan(&node.kind, &node.inputs, input, &schemas) {
-                    Ok(plan) => {
-                        schema = Some(plan.output_schema());
-                        for _ in 0..node.parallelism {
-                            tasks.push(StageTask::Stateful(plan.clone()));
-                        }
-                    }
-                    Err((field, message)) => {
-                        p.errors.push(
-                            topology
-                                .source_map
-                                .at_key(&format!("{key}.{field}"), message),
-                        );
-                        continue;
-                    }
-                }
-            }
-            StageKind::Lookup(spec) => {
-                // A table that failed to load has its own diagnostic.
-                let Some(rows) = tables.get(&spec.table) else {
-                    continue;
-                };
-                match LookupPlan::new(spec, input, rows.clone()) {
-                    Ok(plan) => {
-                        schema = Some(plan.output_schema());
-                        for _ in 0..node.parallelism {
-                            tasks.push(StageTask::Lookup(plan.clone()));
-                        }
-                    }
-                    Err((field, message)) => {
-                        p.errors.push(
-                            topology
-                                .source_map
-                                .at_key(&format!("{key}.{field}"), message),
-                        );
-                        continue;
-                    }
-                }
-            }
-            StageKind::Step(use_) => {
-                let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
-                    continue;
-                };
-                for i in 0..node.parallelism {
-                    let id = p.identity(&node.name, i, node.parallelism);
-                    match StepInstance::open(
-                        engine,
-                        &plugin,
-                        &use_.sandbox,
-                        &id,
-                        &use_.config_json,
-                        Arc::clone(&input),
-                    ) {
-                        Ok(inst) => {
-                            schema = Some(inst.output_schema());
-                            tasks.push(StageTask::Step(Box::new(inst)));
-                        }
-                        Err(e) => {
-                            p.open_error(&key, e);
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
-            schemas.insert(node.name.clone(), Arc::clone(&schema));
-            stages.push(PlannedStage {
-                name: node.name.clone(),
-                inputs: node.inputs.clone(),
-                kind: node.kind.label(),
-                keys: node.kind.input_keys(node.inputs.len()),
-                late_rows: node.late_rows.clone(),
-                tasks,
-                schema,
-            });
-        }
-    }
+    let mut stages = p.plan_stages(engine, &mut schemas, &tables);
     let mut sinks = Vec::new();
     for node in &topology.sinks {
         let key = format!("sinks.{}", node.name);
@@ -395,6 +266,12 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
             });
         }
     }
+    if p.errors.is_empty() {
+        let requests = projection::scan_requests(&topology, &sources, &stages, &sinks);
+        if !requests.is_empty() {
+            stages = p.push_down(engine, &requests, &mut sources, stages, &schemas, &tables);
+        }
+    }
     let Planner { errors, loaded, .. } = p;
     if !errors.is_empty() {
         return Err(Diagnostics(errors));
@@ -439,6 +316,254 @@ fn stateful_plan(
 }
 
 impl Planner<'_> {
+    /// Narrow the sources to what the topology reads: re-plan the stages
+    /// on the projected schemas and, only if that plans as before and
+    /// every sink still finds its columns, tell the sources. Otherwise the
+    /// run reads everything (and says why in the log): pushdown is an
+    /// optimisation, never a reason to refuse a topology.
+    fn push_down(
+        &mut self,
+        engine: &PluginEngine,
+        requests: &BTreeMap<String, ScanRequest>,
+        sources: &mut [PlannedSource],
+        stages: Vec<PlannedStage>,
+        full: &BTreeMap<String, SchemaRef>,
+        tables: &BTreeMap<String, arrow::array::RecordBatch>,
+    ) -> Vec<PlannedStage> {
+        let mut schemas = BTreeMap::new();
+        for source in sources.iter() {
+            let schema = match requests.get(&source.name).and_then(|r| r.columns.as_ref()) {
+                Some(columns) => {
+                    let indices: Vec<usize> = (0..source.schema.fields().len())
+                        .filter(|i| columns.contains(source.schema.field(*i).name()))
+                        .collect();
+                    match source.schema.project(&indices) {
+                        Ok(s) => Arc::new(s),
+                        Err(_) => return stages,
+                    }
+                }
+                None => Arc::clone(&source.schema),
+            };
+            schemas.insert(source.name.clone(), schema);
+        }
+        let known = self.errors.len();
+        let replanned = self.plan_stages(engine, &mut schemas, tables);
+        let mut trouble: Vec<String> = self.errors.drain(known..).map(|d| d.to_string()).collect();
+        if replanned.len() != stages.len() {
+            trouble.push("a stage did not plan".into());
+        }
+        for sink in &self.topology.sinks {
+            if self.topology.dead_letter.as_deref() == Some(sink.name.as_str()) {
+                continue;
+            }
+            let inputs = match self.topology.late_rows_of(&sink.name) {
+                Some(stage) => &stage.inputs,
+                None => &sink.inputs,
+            };
+            for input in inputs {
+                if let (Some(before), Some(after)) = (full.get(input), schemas.get(input))
+                    && before.fields().iter().any(|f| {
+                        after
+                            .field_with_name(f.name())
+                            .is_ok_and(|g| g.data_type() != f.data_type())
+                    })
+                {
+                    trouble.push(format!(
+                        "the input `{input}` of sink `{}` changed",
+                        sink.name
+                    ));
+                }
+            }
+        }
+        if !trouble.is_empty() {
+            tracing::warn!(
+                "projection pushdown is off for this run: the stages do not plan on the projected sources ({})",
+                trouble.join("; ")
+            );
+            return stages;
+        }
+        for source in sources.iter_mut() {
+            let Some(request) = requests.get(&source.name) else {
+                continue;
+            };
+            let key = format!("sources.{}", source.name);
+            let time_column = source
+                .event_time
+                .map(|e| source.schema.field(e.column).name().clone());
+            for task in &mut source.tasks {
+                match task.push_down(request) {
+                    Ok(schema) => source.schema = schema,
+                    Err(e) => {
+                        self.errors
+                            .push(self.topology.source_map.at_key(&key, e.to_string()));
+                        break;
+                    }
+                }
+            }
+            if let (Some(event_time), Some(name)) = (&mut source.event_time, time_column)
+                && let Ok(i) = source.schema.index_of(&name)
+            {
+                event_time.column = i;
+            }
+            tracing::info!(
+                source = %source.name,
+                columns = %request
+                    .columns
+                    .as_ref()
+                    .map(|c| c.join(", "))
+                    .unwrap_or_else(|| "all".into()),
+                filters = request.filters.len(),
+                native = source.tasks.first().is_some_and(|t| t.can_push_down()),
+                "the source reads only what the topology needs"
+            );
+        }
+        replanned
+    }
+
+    /// Plan every stage on the schemas of its inputs (`schemas` holds the
+    /// sources' and gains each stage's output).
+    fn plan_stages(
+        &mut self,
+        engine: &PluginEngine,
+        schemas: &mut BTreeMap<String, SchemaRef>,
+        tables: &BTreeMap<String, arrow::array::RecordBatch>,
+    ) -> Vec<PlannedStage> {
+        let topology = self.topology;
+        let p = self;
+        let mut stages = Vec::new();
+        for node in &topology.stages {
+            let key = format!("stages.{}", node.name);
+            // A join's inputs have their own schemas; every other stage's
+            // inputs must agree.
+            let input = if matches!(node.kind, StageKind::Join(_)) {
+                match node
+                    .inputs
+                    .iter()
+                    .map(|i| schemas.get(i))
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(s) if !s.is_empty() => Some(Arc::clone(s[0])),
+                    _ => None,
+                }
+            } else {
+                p.input_schema(&key, &node.inputs, schemas)
+            };
+            let Some(input) = input else {
+                continue;
+            };
+            let mut tasks = Vec::new();
+            let mut schema = None;
+            match &node.kind {
+                StageKind::Sql(sql) => {
+                    if node.inputs.len() != 1 {
+                        p.errors.push(topology.source_map.at_key(
+                            &format!("{key}.input"),
+                            "a SQL stage reads exactly one input",
+                        ));
+                        continue;
+                    }
+                    for _ in 0..node.parallelism {
+                        match StatelessQuery::plan(sql, &node.inputs[0], Arc::clone(&input)) {
+                            Ok(q) => {
+                                schema = Some(q.output_schema());
+                                tasks.push(StageTask::Sql(q));
+                            }
+                            Err(e) => {
+                                p.errors.push(
+                                    topology
+                                        .source_map
+                                        .at_key(&format!("{key}.sql"), e.to_string()),
+                                );
+                                break;
+                            }
+                        }
+                    }
+                }
+                StageKind::Window(_)
+                | StageKind::Session(_)
+                | StageKind::TopN(_)
+                | StageKind::Join(_) => {
+                    match stateful_plan(&node.kind, &node.inputs, input, schemas) {
+                        Ok(plan) => {
+                            schema = Some(plan.output_schema());
+                            for _ in 0..node.parallelism {
+                                tasks.push(StageTask::Stateful(plan.clone()));
+                            }
+                        }
+                        Err((field, message)) => {
+                            p.errors.push(
+                                topology
+                                    .source_map
+                                    .at_key(&format!("{key}.{field}"), message),
+                            );
+                            continue;
+                        }
+                    }
+                }
+                StageKind::Lookup(spec) => {
+                    // A table that failed to load has its own diagnostic.
+                    let Some(rows) = tables.get(&spec.table) else {
+                        continue;
+                    };
+                    match LookupPlan::new(spec, input, rows.clone()) {
+                        Ok(plan) => {
+                            schema = Some(plan.output_schema());
+                            for _ in 0..node.parallelism {
+                                tasks.push(StageTask::Lookup(plan.clone()));
+                            }
+                        }
+                        Err((field, message)) => {
+                            p.errors.push(
+                                topology
+                                    .source_map
+                                    .at_key(&format!("{key}.{field}"), message),
+                            );
+                            continue;
+                        }
+                    }
+                }
+                StageKind::Step(use_) => {
+                    let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
+                        continue;
+                    };
+                    for i in 0..node.parallelism {
+                        let id = p.identity(&node.name, i, node.parallelism);
+                        match StepInstance::open(
+                            engine,
+                            &plugin,
+                            &use_.sandbox,
+                            &id,
+                            &use_.config_json,
+                            Arc::clone(&input),
+                        ) {
+                            Ok(inst) => {
+                                schema = Some(inst.output_schema());
+                                tasks.push(StageTask::Step(Box::new(inst)));
+                            }
+                            Err(e) => {
+                                p.open_error(&key, e);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
+                schemas.insert(node.name.clone(), Arc::clone(&schema));
+                stages.push(PlannedStage {
+                    name: node.name.clone(),
+                    inputs: node.inputs.clone(),
+                    kind: node.kind.label(),
+                    keys: node.kind.input_keys(node.inputs.len()),
+                    late_rows: node.late_rows.clone(),
+                    tasks,
+                    schema,
+                });
+            }
+        }
+        stages
+    }
+
     fn identity(&self, stage: &str, index: u32, parallelism: u32) -> TaskIdentity {
         TaskIdentity {
             topology: self.topology.name.clone(),

@@ -110,6 +110,38 @@ pub fn summary(metrics: &[Arc<StageMetrics>], elapsed: Duration) -> String {
             }
         ));
     }
+    for m in metrics.iter().filter(|m| m.kind == "sink") {
+        let write = m.read_to_write.snapshot();
+        let Some(p50) = write.quantile(0.5) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "{:<24} read → write p50 {}  p99 {}  max {}",
+            m.name,
+            millis(p50),
+            millis(write.quantile(0.99).unwrap_or(p50)),
+            millis(write.max_micros)
+        ));
+        let commit = m.read_to_commit.snapshot();
+        if let Some(c50) = commit.quantile(0.5) {
+            out.push_str(&format!(
+                "; read → commit p50 {}  p99 {}  max {}",
+                millis(c50),
+                millis(commit.quantile(0.99).unwrap_or(c50)),
+                millis(commit.max_micros)
+            ));
+        }
+        out.push('\n');
+    }
     out.push_str(&format!("finished in {:.2}s", elapsed.as_secs_f64()));
     out
+}
+
+/// Microseconds as milliseconds for people (`0.4 ms`, `12 ms`).
+fn millis(micros: u64) -> String {
+    if micros < 10_000 {
+        format!("{:.1} ms", micros as f64 / 1000.0)
+    } else {
+        format!("{} ms", micros / 1000)
+    }
 }

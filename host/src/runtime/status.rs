@@ -53,6 +53,12 @@ pub struct StageStatus {
     /// How long handling one batch took (stages and sinks).
     #[serde(default)]
     pub batch_latency: Option<super::metrics::LatencySnapshot>,
+    /// Sinks: source read → sink write, per batch.
+    #[serde(default)]
+    pub read_to_write: Option<super::metrics::LatencySnapshot>,
+    /// Sinks: read of an epoch's oldest row → its commit.
+    #[serde(default)]
+    pub read_to_commit: Option<super::metrics::LatencySnapshot>,
 }
 
 /// The status record.
@@ -219,6 +225,8 @@ pub fn record(
                 state_groups: StageMetrics::get(&m.state_groups),
                 watermark_ms: m.watermark().map(|w| w / 1000),
                 batch_latency: Some(m.batch_latency.snapshot()).filter(|h| h.count > 0),
+                read_to_write: Some(m.read_to_write.snapshot()).filter(|h| h.count > 0),
+                read_to_commit: Some(m.read_to_commit.snapshot()).filter(|h| h.count > 0),
             })
             .collect(),
         cpu: super::cpu::sample(),

@@ -5,6 +5,13 @@ use std::fmt::Write;
 
 use crate::runtime::status::{RunState, StatusRecord};
 
+/// A histogram family: name, help, and the stage's histogram if it has one.
+type HistogramFamily = (
+    &'static str,
+    &'static str,
+    fn(&crate::runtime::status::StageStatus) -> Option<&crate::runtime::metrics::LatencySnapshot>,
+);
+
 /// One metric family: name, type, help, and how to read it per stage.
 struct StageFamily {
     name: &'static str,
@@ -138,43 +145,51 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
             }
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP fvhost_stage_batch_seconds How long a stage or sink took to handle one batch."
-    );
-    let _ = writeln!(out, "# TYPE fvhost_stage_batch_seconds histogram");
-    for (name, _, record) in topologies {
-        for stage in record.iter().flat_map(|r| &r.stages) {
-            let Some(h) = &stage.batch_latency else {
-                continue;
-            };
-            let labels = format!(
-                "topology=\"{}\",stage=\"{}\"",
-                label(name),
-                label(&stage.name)
-            );
-            for (le, n) in h.le_micros.iter().zip(&h.cumulative) {
+    let histograms: [HistogramFamily; 3] = [
+        (
+            "fvhost_stage_batch_seconds",
+            "How long a stage or sink took to handle one batch.",
+            |s| s.batch_latency.as_ref(),
+        ),
+        (
+            "fvhost_sink_read_to_write_seconds",
+            "From a source's read of the rows to the sink's write of them (per batch).",
+            |s| s.read_to_write.as_ref(),
+        ),
+        (
+            "fvhost_sink_read_to_commit_seconds",
+            "From the read of an epoch's oldest row to the sink's commit of the epoch.",
+            |s| s.read_to_commit.as_ref(),
+        ),
+    ];
+    for (metric, help, histogram) in histograms {
+        let _ = writeln!(out, "# HELP {metric} {help}");
+        let _ = writeln!(out, "# TYPE {metric} histogram");
+        for (name, _, record) in topologies {
+            for stage in record.iter().flat_map(|r| &r.stages) {
+                let Some(h) = histogram(stage) else {
+                    continue;
+                };
+                let labels = format!(
+                    "topology=\"{}\",stage=\"{}\"",
+                    label(name),
+                    label(&stage.name)
+                );
+                for (le, n) in h.le_micros.iter().zip(&h.cumulative) {
+                    let _ = writeln!(
+                        out,
+                        "{metric}_bucket{{{labels},le=\"{}\"}} {n}",
+                        *le as f64 / 1e6
+                    );
+                }
+                let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
                 let _ = writeln!(
                     out,
-                    "fvhost_stage_batch_seconds_bucket{{{labels},le=\"{}\"}} {n}",
-                    *le as f64 / 1e6
+                    "{metric}_sum{{{labels}}} {}",
+                    h.sum_micros as f64 / 1e6
                 );
+                let _ = writeln!(out, "{metric}_count{{{labels}}} {}", h.count);
             }
-            let _ = writeln!(
-                out,
-                "fvhost_stage_batch_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "fvhost_stage_batch_seconds_sum{{{labels}}} {}",
-                h.sum_micros as f64 / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "fvhost_stage_batch_seconds_count{{{labels}}} {}",
-                h.count
-            );
         }
     }
     let usage = crate::plugin::usage::snapshot();

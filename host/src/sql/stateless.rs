@@ -1,13 +1,18 @@
 //! [`StatelessQuery`]: `SELECT <exprs> FROM <input> [WHERE <predicate>]`,
 //! planned once, evaluated per batch with DataFusion physical expressions.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use crate::plugin::{ColumnFilter, Comparison, Literal};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::empty::EmptyTable;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 
@@ -32,6 +37,10 @@ pub struct StatelessQuery {
     predicate: Option<Arc<dyn PhysicalExpr>>,
     projection: Vec<Arc<dyn PhysicalExpr>>,
     output: SchemaRef,
+    /// The input columns the query references (projection pushdown).
+    input_columns: BTreeSet<String>,
+    /// The `column op literal` conjuncts of its WHERE (filter pushdown).
+    filters: Vec<ColumnFilter>,
 }
 
 impl StatelessQuery {
@@ -99,6 +108,17 @@ impl StatelessQuery {
                 .create_physical_expr(e.clone(), df_schema)
                 .map_err(|err| SqlError::Plan(clean(err.to_string())))
         };
+        let mut input_columns: BTreeSet<String> = projection
+            .expr
+            .iter()
+            .chain(predicate.as_ref())
+            .flat_map(|e| e.column_refs())
+            .map(|c| c.name.clone())
+            .collect();
+        // `SELECT count(1)`-like queries reference nothing: fine, batches
+        // of no columns still carry their row count.
+        input_columns.retain(|c| schema.field_with_name(c).is_ok());
+        let filters = predicate.as_ref().map(simple_filters).unwrap_or_default();
         let predicate = predicate.as_ref().map(physical).transpose()?;
         let projection = projection
             .expr
@@ -109,7 +129,20 @@ impl StatelessQuery {
             predicate,
             projection,
             output,
+            input_columns,
+            filters,
         })
+    }
+
+    /// The input columns the query reads.
+    pub fn input_columns(&self) -> &BTreeSet<String> {
+        &self.input_columns
+    }
+
+    /// The conjuncts of the WHERE clause of the form `column op literal`
+    /// (or `literal op column`): what a source may use to skip data.
+    pub fn filters(&self) -> &[ColumnFilter] {
+        &self.filters
     }
 
     /// The schema of the rows the query produces.
@@ -170,6 +203,70 @@ fn clean(text: String) -> String {
         .to_string()
 }
 
+/// The `column op literal` conjuncts of `predicate`; anything else (casts,
+/// functions, OR) is left to the stage alone.
+fn simple_filters(predicate: &Expr) -> Vec<ColumnFilter> {
+    split_conjunction(predicate)
+        .into_iter()
+        .filter_map(|e| {
+            let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+                return None;
+            };
+            let op = match op {
+                Operator::Eq => Comparison::Eq,
+                Operator::NotEq => Comparison::NotEq,
+                Operator::Lt => Comparison::Lt,
+                Operator::LtEq => Comparison::LtEq,
+                Operator::Gt => Comparison::Gt,
+                Operator::GtEq => Comparison::GtEq,
+                _ => return None,
+            };
+            let (column, value, op) = match (left.as_ref(), right.as_ref()) {
+                (Expr::Column(c), Expr::Literal(v, _)) => (c, v, op),
+                (Expr::Literal(v, _), Expr::Column(c)) => (c, v, flip(op)),
+                _ => return None,
+            };
+            Some(ColumnFilter {
+                column: column.name.clone(),
+                op,
+                value: literal(value)?,
+            })
+        })
+        .collect()
+}
+
+/// `5 < x` is `x > 5`.
+fn flip(op: Comparison) -> Comparison {
+    match op {
+        Comparison::Lt => Comparison::Gt,
+        Comparison::LtEq => Comparison::GtEq,
+        Comparison::Gt => Comparison::Lt,
+        Comparison::GtEq => Comparison::LtEq,
+        other => other,
+    }
+}
+
+/// A non-null scalar a source can compare with; `None` for the rest.
+fn literal(v: &ScalarValue) -> Option<Literal> {
+    Some(match v {
+        ScalarValue::Int8(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::Int16(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::Int32(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::Int64(Some(x)) => Literal::Int(*x),
+        ScalarValue::UInt8(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::UInt16(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::UInt32(Some(x)) => Literal::Int(i64::from(*x)),
+        ScalarValue::UInt64(Some(x)) => Literal::Int(i64::try_from(*x).ok()?),
+        ScalarValue::Float32(Some(x)) => Literal::Float(f64::from(*x)),
+        ScalarValue::Float64(Some(x)) => Literal::Float(*x),
+        ScalarValue::Utf8(Some(x))
+        | ScalarValue::LargeUtf8(Some(x))
+        | ScalarValue::Utf8View(Some(x)) => Literal::Text(x.clone()),
+        ScalarValue::Boolean(Some(x)) => Literal::Boolean(*x),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +318,39 @@ mod tests {
             .err()
             .expect("aggregate");
         assert!(matches!(err, SqlError::NotStateless(_)), "{err}");
+    }
+
+    #[test]
+    fn names_the_columns_it_reads_and_its_simple_filters() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("bidder", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("url", DataType::Utf8, false),
+        ]));
+        let q = StatelessQuery::plan(
+            "SELECT auction, price * 2 AS p FROM bids \
+             WHERE 100 < price AND url = 'x' AND auction % 2 = 0",
+            "bids",
+            schema,
+        )
+        .expect("plan");
+        let read: Vec<&str> = q.input_columns().iter().map(String::as_str).collect();
+        assert_eq!(read, ["auction", "price", "url"]);
+        assert_eq!(
+            q.filters(),
+            [
+                ColumnFilter {
+                    column: "price".into(),
+                    op: Comparison::Gt,
+                    value: Literal::Int(100),
+                },
+                ColumnFilter {
+                    column: "url".into(),
+                    op: Comparison::Eq,
+                    value: Literal::Text("x".into()),
+                },
+            ]
+        );
     }
 }

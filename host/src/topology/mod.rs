@@ -270,6 +270,9 @@ pub struct Settings {
     pub checkpoint_interval: Duration,
     /// Manifests kept in the state directory.
     pub checkpoint_retain: usize,
+    /// Whether sources are told which columns (and rows) the topology
+    /// reads (`push_down = false` reads everything, e.g. to compare).
+    pub push_down: bool,
 }
 
 impl Default for Settings {
@@ -279,6 +282,7 @@ impl Default for Settings {
             channel_capacity: 8,
             checkpoint_interval: Duration::from_secs(5),
             checkpoint_retain: 3,
+            push_down: true,
         }
     }
 }

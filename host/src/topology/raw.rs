@@ -27,6 +27,7 @@ struct RawTopology {
     dead_letter: Option<String>,
     batch_size: Option<u32>,
     channel_capacity: Option<usize>,
+    push_down: Option<bool>,
     checkpoint: Option<RawCheckpoint>,
     #[serde(default)]
     sources: BTreeMap<String, RawNode>,
@@ -228,6 +229,9 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
         } else {
             settings.batch_size = b;
         }
+    }
+    if let Some(p) = raw.push_down {
+        settings.push_down = p;
     }
     if let Some(c) = raw.channel_capacity {
         if c == 0 {

@@ -1,9 +1,10 @@
 //! `file-source`: CSV, JSON-lines and Parquet files from a path or a glob.
 //!
 //! Each file is a split; its position is the byte offset of the next row
-//! (plus its line number, for messages) — for Parquet, the number of rows
-//! already read — so a restart resumes mid-file. A CSV or JSON-lines file
-//! larger than `split_bytes` is several splits, byte ranges of that size:
+//! (plus its line number, for messages) — for Parquet, the number of the
+//! split's rows already done — so a restart resumes mid-file. A CSV or
+//! JSON-lines file larger than `split_bytes` is several splits, byte
+//! ranges of that size:
 //! a range owns the lines that start inside it, so tasks read one large
 //! file side by side. Ranges depend on the file alone, never on the
 //! parallelism, so a restart with another parallelism finds every recorded
@@ -12,11 +13,22 @@
 //! Rows are cut at line ends (a quoted CSV field may not span lines), which
 //! is what lets every error name the file and line of the bad row.
 //!
+//! A projection ([`Source::push_down`]) narrows what is decoded: CSV and
+//! JSON lines parse only the projected fields (see `decode.rs` for what that
+//! means for bad rows), Parquet reads only the projected column chunks and
+//! skips the row groups whose statistics rule out a filter. Positions are
+//! the same under every projection.
+//!
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
 
+mod decode;
 mod lines;
 mod parquet_file;
+mod parquet_prune;
+mod projection;
+#[cfg(test)]
+mod projection_tests;
 mod schema;
 #[cfg(test)]
 mod split_tests;
@@ -24,9 +36,10 @@ mod split_tests;
 use std::path::Path;
 use std::sync::Arc;
 
-use fv_plugin_sdk::arrow_array::RecordBatch;
-use fv_plugin_sdk::arrow_schema::{ArrowError, SchemaRef};
-use fv_plugin_sdk::{ConfigError, Poll, Source, SplitPosition, TaskContext, log};
+use fv_plugin_sdk::arrow_schema::SchemaRef;
+use fv_plugin_sdk::{ConfigError, Filter, Poll, Scan, Source, SplitPosition, TaskContext};
+
+use crate::decode::Codec;
 
 /// The source's `config` table.
 #[derive(serde::Deserialize)]
@@ -125,9 +138,10 @@ enum Origin {
 
 /// One file-source task.
 pub struct FileSource {
-    format: Format,
-    schema: SchemaRef,
-    delimiter: u8,
+    /// The format, the full and the projected schema.
+    codec: Codec,
+    /// Parquet: filters whose row groups' statistics may rule them out.
+    filters: Vec<Filter>,
     skip_bad_rows: bool,
     splits: Vec<SplitState>,
     current: usize,
@@ -243,9 +257,14 @@ impl Source for FileSource {
             }
         }
         Ok(FileSource {
-            format,
-            schema,
-            delimiter,
+            codec: Codec {
+                format,
+                full_schema: Arc::clone(&schema),
+                projection: None,
+                schema,
+                delimiter,
+            },
+            filters: Vec::new(),
             skip_bad_rows,
             splits,
             current: 0,
@@ -253,7 +272,22 @@ impl Source for FileSource {
     }
 
     fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+        Arc::clone(&self.codec.schema)
+    }
+
+    /// Positions do not depend on the projection (byte offsets and lines
+    /// of text files, row numbers of Parquet splits), so a checkpoint of
+    /// one projection restores under another.
+    fn push_down(&mut self, scan: Scan) -> Result<(), String> {
+        let (projection, schema) = projection::resolve(&self.codec.full_schema, &scan)?;
+        self.codec.projection = projection;
+        self.codec.schema = schema;
+        // Only Parquet has statistics to skip data by; the host applies
+        // the filters to every row anyway.
+        if self.codec.format == Format::Parquet {
+            self.filters = scan.filters;
+        }
+        Ok(())
     }
 
     fn splits(&self) -> Vec<String> {
@@ -299,19 +333,15 @@ impl Source for FileSource {
     }
 
     fn poll(&mut self, max_rows: usize) -> Result<Poll, String> {
+        if self.codec.format == Format::Parquet {
+            return self.poll_parquet(max_rows);
+        }
         while self.current < self.splits.len() && self.splits[self.current].done {
             self.current += 1;
         }
         let Some(split) = self.splits.get_mut(self.current) else {
             return Ok(Poll::Finished);
         };
-        if self.format == Format::Parquet {
-            return match poll_parquet(split, max_rows)? {
-                // That file is drained: go on with the next one.
-                None => self.poll(max_rows),
-                Some(poll) => Ok(poll),
-            };
-        }
         if split.text.is_none() {
             split.text = Some(open_text(split)?);
         }
@@ -324,10 +354,8 @@ impl Source for FileSource {
             Some(Origin::Line(at)) => lines::count_lines(path, at).map(|before| before + line),
             _ => Ok(line),
         };
-        let batch = decode(
-            self.format,
-            &self.schema,
-            self.delimiter,
+        let batch = decode::decode(
+            &self.codec,
             reader.bytes(),
             &lines,
             &first_line,
@@ -345,6 +373,28 @@ impl Source for FileSource {
             batch,
             rejected: Vec::new(),
         })
+    }
+}
+
+impl FileSource {
+    /// The next batch of the first Parquet split not drained yet. A loop,
+    /// not recursion: filters may rule out every row group of many splits
+    /// in a row.
+    fn poll_parquet(&mut self, max_rows: usize) -> Result<Poll, String> {
+        let plan = parquet_file::ReadPlan {
+            columns: self.codec.projection.as_deref(),
+            filters: &self.filters,
+        };
+        while let Some(split) = self.splits.get_mut(self.current) {
+            if !split.done
+                && let Some(poll) = poll_parquet(split, max_rows, &plan)?
+            {
+                return Ok(poll);
+            }
+            // That split is drained: go on with the next one.
+            self.current += 1;
+        }
+        Ok(Poll::Finished)
     }
 }
 
@@ -450,13 +500,18 @@ fn position_of(split: &SplitState) -> Vec<SplitPosition> {
 }
 
 /// Read up to `max_rows` rows of a Parquet split.
-fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>, String> {
+fn poll_parquet(
+    split: &mut SplitState,
+    max_rows: usize,
+    plan: &parquet_file::ReadPlan<'_>,
+) -> Result<Option<Poll>, String> {
     if split.parquet.is_none() {
         split.parquet = Some(parquet_file::ParquetCursor::open(
             &split.path,
             split.row_groups.clone(),
             split.offset,
             max_rows,
+            plan,
         )?);
     }
     let next = match split.parquet.as_mut() {
@@ -464,8 +519,8 @@ fn poll_parquet(split: &mut SplitState, max_rows: usize) -> Result<Option<Poll>,
         None => None,
     };
     match next {
-        Some(batch) => {
-            split.offset += batch.num_rows() as u64;
+        Some((batch, position)) => {
+            split.offset = position;
             Ok(Some(Poll::Batch {
                 positions: position_of(split),
                 batch,
@@ -563,171 +618,6 @@ fn walk(dir: &Path, rest: &[glob::Pattern], files: &mut Vec<String>) -> Result<(
         }
     }
     Ok(())
-}
-
-/// Decode the rows of `lines` (in `bytes`); on a bad row, find it and
-/// report or skip it. `first_line` tells the number of the first line
-/// (only asked on the slow path: for a range it means counting lines).
-#[allow(clippy::too_many_arguments)]
-fn decode(
-    format: Format,
-    schema: &SchemaRef,
-    delimiter: u8,
-    bytes: &[u8],
-    lines: &lines::Lines,
-    first_line: &dyn Fn() -> Result<u64, String>,
-    skip_bad_rows: bool,
-    path: &str,
-) -> Result<RecordBatch, String> {
-    let text = &bytes[lines.start..lines.end];
-    // The common case: the lines go to the decoder as they are, no copy.
-    // Any surprise (a bad row; a quoted field across a line end, which
-    // would not line up rows with lines) takes the row-by-row path below.
-    if lines.plain {
-        match decode_bytes(format, schema, delimiter, text, lines.rows) {
-            Ok(batch) if batch.num_rows() == lines.rows => return Ok(batch),
-            _ => {}
-        }
-    }
-    // Line numbers count from 0 here; the first line's number is asked for
-    // only when a message needs it (for a later range it means reading the
-    // file up to the range, which must not happen per batch).
-    let rows = row_spans(text);
-    let all: Vec<usize> = (0..rows.len()).collect();
-    match decode_rows(format, schema, delimiter, text, &rows, &all) {
-        Ok(batch) => Ok(batch),
-        Err(_) => {
-            // Slow path, only on bad input: test each row alone to name it.
-            let mut good = Vec::with_capacity(all.len());
-            for &i in &all {
-                match decode_rows(format, schema, delimiter, text, &rows, &[i]) {
-                    Ok(_) => good.push(i),
-                    Err(e) => {
-                        let (s, end, line) = rows[i];
-                        let line = first_line()? + line;
-                        let text = String::from_utf8_lossy(&text[s..end.min(s + 200)]);
-                        let message = format!("`{path}` line {line}: {} (row: {text})", clean(&e));
-                        if skip_bad_rows {
-                            log::warn(&format!("skipping a bad row: {message}"));
-                        } else {
-                            return Err(format!(
-                                "malformed row in {message}; set bad_rows = \"skip\" in the source's config to drop such rows"
-                            ));
-                        }
-                    }
-                }
-            }
-            decode_rows(format, schema, delimiter, text, &rows, &good)
-                .map_err(|e| format!("`{path}`: {}", clean(&e)))
-        }
-    }
-}
-
-/// (start, end, line index from 0) of each non-empty row in `text`,
-/// without its line end.
-fn row_spans(text: &[u8]) -> Vec<(usize, usize, u64)> {
-    let mut rows = Vec::new();
-    let mut start = 0;
-    let mut line = 0;
-    while start < text.len() {
-        let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
-        let content_end = if end > start && text[end - 1] == b'\r' {
-            end - 1
-        } else {
-            end
-        };
-        if content_end > start {
-            rows.push((start, content_end, line));
-        }
-        line += 1;
-        start = end + 1;
-    }
-    rows
-}
-
-/// Decode the chosen rows, each copied and ended with `\n`.
-fn decode_rows(
-    format: Format,
-    schema: &SchemaRef,
-    delimiter: u8,
-    text: &[u8],
-    spans: &[(usize, usize, u64)],
-    rows: &[usize],
-) -> Result<RecordBatch, ArrowError> {
-    let mut feed = Vec::with_capacity(text.len());
-    for &i in rows {
-        let (s, e, _) = spans[i];
-        feed.extend_from_slice(&text[s..e]);
-        feed.push(b'\n');
-    }
-    decode_bytes(format, schema, delimiter, &feed, rows.len())
-}
-
-/// Decode `rows` complete, `\n`-ended rows in one batch.
-fn decode_bytes(
-    format: Format,
-    schema: &SchemaRef,
-    delimiter: u8,
-    feed: &[u8],
-    rows: usize,
-) -> Result<RecordBatch, ArrowError> {
-    let batch_size = rows + 1;
-    let batch = match format {
-        Format::Csv => {
-            let mut decoder = arrow_csv::ReaderBuilder::new(Arc::clone(schema))
-                .with_header(false)
-                .with_delimiter(delimiter)
-                .with_batch_size(batch_size)
-                .build_decoder();
-            feed_all(feed, |bytes| decoder.decode(bytes))?;
-            decoder.flush()?
-        }
-        Format::Parquet => {
-            return Err(ArrowError::InvalidArgumentError(
-                "Parquet rows are not read line by line".into(),
-            ));
-        }
-        Format::JsonLines => {
-            let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))
-                .with_batch_size(batch_size)
-                .build_decoder()?;
-            feed_all(feed, |bytes| decoder.decode(bytes))?;
-            decoder.flush()?
-        }
-    };
-    Ok(batch.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(schema))))
-}
-
-/// Push every byte into a push decoder (`decode` returns what it consumed).
-fn feed_all(
-    feed: &[u8],
-    mut decode: impl FnMut(&[u8]) -> Result<usize, ArrowError>,
-) -> Result<(), ArrowError> {
-    let mut fed = 0;
-    while fed < feed.len() {
-        let n = decode(&feed[fed..])?;
-        if n == 0 {
-            break;
-        }
-        fed += n;
-    }
-    Ok(())
-}
-
-/// Arrow prefixes its messages with the error kind; keep the reason.
-fn clean(e: &ArrowError) -> String {
-    let text = e.to_string();
-    for prefix in [
-        "Parser error: ",
-        "Json error: ",
-        "Csv error: ",
-        "Invalid argument error: ",
-    ] {
-        if let Some(rest) = text.strip_prefix(prefix) {
-            return rest.to_string();
-        }
-    }
-    text
 }
 
 fv_plugin_sdk::export_source!(

@@ -1,7 +1,9 @@
 //! Parquet splits: a file's schema comes from its footer, and its position
-//! is the number of rows already emitted (Parquet has no line to cut at).
-//! A file larger than `split_bytes` is several splits, each a run of
-//! consecutive row groups.
+//! is the number of the split's rows already done (Parquet has no line to
+//! cut at). A file larger than `split_bytes` is several splits, each a run
+//! of consecutive row groups. A cursor reads only the projected columns,
+//! and skips the row groups that the scan's filters rule out by their
+//! statistics (see `parquet_prune.rs`); those count as done.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -10,10 +12,13 @@ use bytes::Bytes;
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 
-use fv_plugin_sdk::ConfigError;
 use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
+use fv_plugin_sdk::{ConfigError, Filter};
+use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+
+use crate::parquet_prune;
 
 /// A Parquet file read by path. The reader wants several independent
 /// handles on the file; WASI cannot duplicate one (`try_clone`), so every
@@ -113,46 +118,140 @@ pub fn row_group_ranges(sizes: &[u64], split_bytes: u64) -> Vec<std::ops::Range<
     ranges
 }
 
+/// What a cursor reads: which columns, and which filters may rule out
+/// whole row groups.
+pub struct ReadPlan<'a> {
+    /// Indexes of the top-level columns to read; `None`: all.
+    pub columns: Option<&'a [usize]>,
+    /// Filters every row the topology keeps satisfies (hints).
+    pub filters: &'a [Filter],
+}
+
+/// A run of rows the reader yields consecutively: `rows` rows of the
+/// split from row `first` on (a row group, or its rest after a restore).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    first: u64,
+    rows: u64,
+}
+
 /// An open reader positioned at a row.
+///
+/// A split's position counts its rows, every row group included, whether
+/// or not a filter ruled it out, so a position means the same under any
+/// projection or filter. The reader sees only the groups that are read;
+/// the cursor maps how many rows it yielded back to a position.
 pub struct ParquetCursor {
-    reader: ParquetRecordBatchReader,
+    /// `None`: no rows are left to read.
+    reader: Option<ParquetRecordBatchReader>,
+    /// What the reader yields, in order.
+    segments: Vec<Segment>,
+    /// Rows the reader yielded so far.
+    yielded: u64,
 }
 
 impl ParquetCursor {
-    /// Open `path` (only `row_groups` of it, when given), skip
+    /// Open `path` (only `row_groups` of it, when given) after its first
     /// `rows_done` rows, read `batch_size` rows per batch.
     pub fn open(
         path: &str,
         row_groups: Option<std::ops::Range<usize>>,
         rows_done: u64,
         batch_size: usize,
+        plan: &ReadPlan<'_>,
     ) -> Result<Self, String> {
         let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
-        let mut builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| format!("`{path}` is not a readable Parquet file: {e}"))?;
-        if let Some(groups) = row_groups {
-            builder = builder.with_row_groups(groups.collect());
+        let metadata = std::sync::Arc::clone(builder.metadata());
+        let groups = row_groups.unwrap_or(0..metadata.num_row_groups());
+        let mut kept = Vec::new();
+        let mut segments = Vec::new();
+        let mut skip_in_first = 0u64;
+        let mut first = 0u64;
+        for index in groups {
+            let group = metadata
+                .row_groups()
+                .get(index)
+                .ok_or_else(|| format!("`{path}` has no row group {index}"))?;
+            let rows = u64::try_from(group.num_rows()).unwrap_or(0);
+            let end = first.saturating_add(rows);
+            // Groups wholly before the position are done; so are those the
+            // filters rule out (no row of theirs would be kept).
+            if end > rows_done
+                && rows > 0
+                && !parquet_prune::rules_out(group, builder.schema(), plan.filters)
+            {
+                let from = first.max(rows_done);
+                if segments.is_empty() {
+                    skip_in_first = from - first;
+                }
+                kept.push(index);
+                segments.push(Segment {
+                    first: from,
+                    rows: end - from,
+                });
+            }
+            first = end;
         }
-        let reader = builder
-            .with_offset(rows_done as usize)
-            .with_batch_size(batch_size.max(1))
-            .build()
-            .map_err(|e| format!("`{path}`: {e}"))?;
-        Ok(ParquetCursor { reader })
+        if kept.is_empty() {
+            return Ok(ParquetCursor {
+                reader: None,
+                segments,
+                yielded: 0,
+            });
+        }
+        let mut builder = builder
+            .with_row_groups(kept)
+            .with_offset(usize::try_from(skip_in_first).unwrap_or(usize::MAX))
+            .with_batch_size(batch_size.max(1));
+        if let Some(columns) = plan.columns {
+            let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
+            builder = builder.with_projection(mask);
+        }
+        let reader = builder.build().map_err(|e| format!("`{path}`: {e}"))?;
+        Ok(ParquetCursor {
+            reader: Some(reader),
+            segments,
+            yielded: 0,
+        })
     }
 
-    /// The next batch, or `None` at the end of the file.
-    pub fn next_batch(&mut self, path: &str) -> Result<Option<RecordBatch>, String> {
-        self.reader
+    /// The next batch and the split's position after it (the number of
+    /// the row after its last row), or `None` at the end of the split.
+    pub fn next_batch(&mut self, path: &str) -> Result<Option<(RecordBatch, u64)>, String> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(None);
+        };
+        let Some(batch) = reader
             .next()
             .transpose()
-            .map_err(|e| format!("`{path}`: {e}"))
+            .map_err(|e| format!("`{path}`: {e}"))?
+        else {
+            return Ok(None);
+        };
+        self.yielded += batch.num_rows() as u64;
+        let position = position_after(&self.segments, self.yielded)
+            .ok_or_else(|| format!("`{path}` yielded more rows than its row groups hold"))?;
+        Ok(Some((batch, position)))
     }
+}
+
+/// The split position after the first `yielded` rows of `segments`: just
+/// past the last of them (never past a group that was not read yet).
+fn position_after(segments: &[Segment], mut yielded: u64) -> Option<u64> {
+    for s in segments {
+        if yielded <= s.rows {
+            return Some(s.first + yielded);
+        }
+        yielded -= s.rows;
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
-    use super::row_group_ranges;
+    use super::{Segment, position_after, row_group_ranges};
 
     #[test]
     fn row_groups_are_grouped_up_to_the_split_size() {
@@ -163,5 +262,28 @@ mod tests {
             vec![0..2, 2..4, 4..5]
         );
         assert_eq!(row_group_ranges(&[], 10), vec![0..0]);
+    }
+
+    #[test]
+    fn positions_count_the_rows_of_groups_that_were_not_read() {
+        // Groups of 100 rows; the second was ruled out, and reading
+        // resumed at row 50 of the first.
+        let segments = [
+            Segment {
+                first: 50,
+                rows: 50,
+            },
+            Segment {
+                first: 200,
+                rows: 100,
+            },
+        ];
+        assert_eq!(position_after(&segments, 0), Some(50));
+        assert_eq!(position_after(&segments, 30), Some(80));
+        // The end of a group: not past the next one (not read yet).
+        assert_eq!(position_after(&segments, 50), Some(100));
+        assert_eq!(position_after(&segments, 51), Some(201));
+        assert_eq!(position_after(&segments, 150), Some(300));
+        assert_eq!(position_after(&segments, 151), None);
     }
 }

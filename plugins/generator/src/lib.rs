@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
-use fv_plugin_sdk::{ConfigError, Poll, Source, SplitPosition, TaskContext};
+use fv_plugin_sdk::{ConfigError, Poll, Scan, Source, SplitPosition, TaskContext};
 
 /// The generator's `config` table.
 #[derive(serde::Deserialize)]
@@ -93,6 +93,11 @@ pub struct Generator {
     next_event: u64,
     started: Option<Instant>,
     emitted_since_start: u64,
+    /// Every column of the stream.
+    full_schema: SchemaRef,
+    /// Per field of `full_schema`: whether batches carry it.
+    keep: Vec<bool>,
+    /// What batches carry (`full_schema` until a projection).
     schema: SchemaRef,
 }
 
@@ -144,12 +149,38 @@ impl Source for Generator {
             next_event: task_index,
             started: None,
             emitted_since_start: 0,
+            keep: vec![true; schema.fields().len()],
+            full_schema: Arc::clone(&schema),
             schema,
         })
     }
 
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
+    }
+
+    fn push_down(&mut self, scan: Scan) -> Result<(), String> {
+        for column in scan.columns.iter().flatten() {
+            if self.full_schema.field_with_name(column).is_err() {
+                return Err(format!(
+                    "asked for column `{column}`, which the {:?} stream does not have ({})",
+                    self.stream, self.full_schema
+                ));
+            }
+        }
+        self.keep = self
+            .full_schema
+            .fields()
+            .iter()
+            .map(|f| scan.reads(f.name()))
+            .collect();
+        let indices: Vec<usize> = (0..self.keep.len()).filter(|i| self.keep[*i]).collect();
+        self.schema = Arc::new(
+            self.full_schema
+                .project(&indices)
+                .map_err(|e| e.to_string())?,
+        );
+        Ok(())
     }
 
     fn splits(&self) -> Vec<String> {
@@ -215,7 +246,7 @@ impl Source for Generator {
             }
             budget = budget.min(ahead);
         }
-        let mut builder = nexmark::BatchBuilder::new(self.stream, budget as usize);
+        let mut builder = nexmark::BatchBuilder::new(self.stream, budget as usize, &self.keep);
         let mut event = self.next_event;
         let mut rows = 0u64;
         // Scan events of this task until `budget` rows of our stream are made;
@@ -228,7 +259,9 @@ impl Source for Generator {
         }
         self.next_event = event;
         self.emitted_since_start += rows;
-        let batch: RecordBatch = builder.finish(&self.schema).map_err(|e| e.to_string())?;
+        let batch: RecordBatch = builder
+            .finish(&self.full_schema, &self.schema)
+            .map_err(|e| e.to_string())?;
         let positions = vec![SplitPosition {
             split: self.split.clone(),
             position: event.to_le_bytes().to_vec(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fv_plugin_sdk::arrow_array::builder::{
     Int64Builder, StringBuilder, TimestampMillisecondBuilder,
 };
-use fv_plugin_sdk::arrow_array::{ArrayRef, RecordBatch};
+use fv_plugin_sdk::arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use fv_plugin_sdk::arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::Stream;
@@ -173,6 +173,10 @@ pub fn schema(stream: Stream) -> SchemaRef {
 /// Column builders for one batch of one stream.
 pub struct BatchBuilder {
     stream: Stream,
+    /// Per field of the full schema: whether the batch carries it.
+    keep: Vec<bool>,
+    /// Rows pushed (a batch of no columns still has rows).
+    rows: usize,
     ints: Vec<Int64Builder>,
     strings: Vec<StringBuilder>,
     times: Vec<TimestampMillisecondBuilder>,
@@ -180,7 +184,10 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     /// Builders sized for `capacity` rows.
-    pub fn new(stream: Stream, capacity: usize) -> Self {
+    /// `keep` says, per field of [`schema`]`(stream)`, whether the batch
+    /// carries it (a projection); columns left out are not built where
+    /// that saves work (the bid's strings), and dropped otherwise.
+    pub fn new(stream: Stream, capacity: usize, keep: &[bool]) -> Self {
         let (ints, strings, times) = match stream {
             Stream::Person => (1, 5, 1),
             Stream::Auction => (5, 2, 2),
@@ -189,6 +196,8 @@ impl BatchBuilder {
         };
         BatchBuilder {
             stream,
+            keep: keep.to_vec(),
+            rows: 0,
             ints: (0..ints)
                 .map(|_| Int64Builder::with_capacity(capacity))
                 .collect(),
@@ -205,6 +214,7 @@ impl BatchBuilder {
     pub fn push(&mut self, p: &Params, event: u64) -> bool {
         let ts = p.timestamp(event);
         if self.stream == Stream::Sequence {
+            self.rows += 1;
             self.ints[0].append_value(event as i64);
             self.times[0].append_value(ts);
             return true;
@@ -212,6 +222,7 @@ impl BatchBuilder {
         if kind_of(event) != self.stream {
             return false;
         }
+        self.rows += 1;
         let mut rng = Rng::for_event(p.seed, event);
         match self.stream {
             Stream::Person => {
@@ -270,19 +281,32 @@ impl BatchBuilder {
                 // Strings are written straight into the builders (a
                 // builder's `fmt::Write` appends to the row in progress):
                 // no allocation per row.
+                // A column left out of the projection is not written, but
+                // its random draws are: later events must not change.
+                let (channel, url) = (self.keep[3], self.keep[4]);
                 if rng.below(2) > 0 {
                     let i = rng.below(HOT_CHANNELS.len() as u64) as usize;
-                    self.strings[0].append_value(HOT_CHANNELS[i]);
-                    self.strings[1].append_value(HOT_URLS[i]);
+                    if channel {
+                        self.strings[0].append_value(HOT_CHANNELS[i]);
+                    }
+                    if url {
+                        self.strings[1].append_value(HOT_URLS[i]);
+                    }
                 } else {
                     let c = rng.below(10_000);
-                    let _ = write!(self.strings[0], "channel-{c}");
-                    self.strings[0].append_value("");
-                    let url = &mut self.strings[1];
-                    let _ = url.write_str("https://www.nexmark.com/");
-                    rng.write_string(5, url);
-                    let _ = write!(url, "/item.htm?query=1&channel_id={c}");
-                    url.append_value("");
+                    if channel {
+                        let _ = write!(self.strings[0], "channel-{c}");
+                        self.strings[0].append_value("");
+                    }
+                    if url {
+                        let url = &mut self.strings[1];
+                        let _ = url.write_str("https://www.nexmark.com/");
+                        rng.write_string(5, url);
+                        let _ = write!(url, "/item.htm?query=1&channel_id={c}");
+                        url.append_value("");
+                    } else {
+                        rng.skip(5);
+                    }
                 }
                 self.ints[0].append_value(auction as i64);
                 self.ints[1].append_value(bidder as i64);
@@ -294,8 +318,13 @@ impl BatchBuilder {
         true
     }
 
-    /// The batch of everything pushed.
-    pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    /// The batch of everything pushed, with the kept fields of the full
+    /// schema `full` (`projected` is that schema's projection).
+    pub fn finish(
+        mut self,
+        full: &SchemaRef,
+        projected: &SchemaRef,
+    ) -> Result<RecordBatch, ArrowError> {
         let mut ints = self
             .ints
             .iter_mut()
@@ -308,18 +337,21 @@ impl BatchBuilder {
             .times
             .iter_mut()
             .map(|b| Arc::new(b.finish()) as ArrayRef);
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for field in schema.fields() {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(projected.fields().len());
+        for (field, keep) in full.fields().iter().zip(&self.keep) {
             let next = match field.data_type() {
                 DataType::Int64 => ints.next(),
                 DataType::Utf8 => strings.next(),
                 _ => times.next(),
             };
-            columns.push(
-                next.ok_or_else(|| ArrowError::SchemaError("column builder mismatch".into()))?,
-            );
+            let column =
+                next.ok_or_else(|| ArrowError::SchemaError("column builder mismatch".into()))?;
+            if *keep {
+                columns.push(column);
+            }
         }
-        RecordBatch::try_new(Arc::clone(schema), columns)
+        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
+        RecordBatch::try_new_with_options(Arc::clone(projected), columns, &options)
     }
 }
 
@@ -343,5 +375,40 @@ mod tests {
             .collect();
         let expected: Vec<u64> = (0..ids.len() as u64).collect();
         assert_eq!(ids, expected);
+    }
+
+    /// A projection drops columns without changing any value of the
+    /// columns kept (the skipped strings still consume their draws).
+    #[test]
+    fn a_projected_batch_is_the_full_batch_without_the_other_columns() {
+        let p = Params {
+            seed: 7,
+            base_time: 0,
+            inter_event_delay_us: 100.0,
+        };
+        for stream in [Stream::Bid, Stream::Auction, Stream::Person] {
+            let full = schema(stream);
+            let build = |keep: &[bool]| {
+                let indices: Vec<usize> = (0..keep.len()).filter(|i| keep[*i]).collect();
+                let projected = Arc::new(full.project(&indices).expect("projection"));
+                let mut b = BatchBuilder::new(stream, 64, keep);
+                for event in 0..3000 {
+                    b.push(&p, event);
+                }
+                b.finish(&full, &projected).expect("batch")
+            };
+            let all = build(&vec![true; full.fields().len()]);
+            // Keep the first and the last column only.
+            let mut keep = vec![false; full.fields().len()];
+            keep[0] = true;
+            *keep.last_mut().expect("fields") = true;
+            let some = build(&keep);
+            let last = full.fields().len() - 1;
+            assert_eq!(some.num_columns(), 2);
+            assert_eq!(some.column(0), all.column(0), "{stream:?}");
+            assert_eq!(some.column(1), all.column(last), "{stream:?}");
+            let none = build(&vec![false; full.fields().len()]);
+            assert_eq!((none.num_columns(), none.num_rows()), (0, all.num_rows()));
+        }
     }
 }

@@ -27,6 +27,13 @@ impl Rng {
         if n == 0 { 0 } else { self.next_u64() % n }
     }
 
+    /// Advance as `n` draws would (what `write_string(n, …)` consumes).
+    pub fn skip(&mut self, n: usize) {
+        for _ in 0..n {
+            self.next_u64();
+        }
+    }
+
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64

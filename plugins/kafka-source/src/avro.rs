@@ -17,6 +17,12 @@ use crate::avro_schema::{AvroField, AvroRecord, AvroType};
 pub struct AvroDecoder {
     record: AvroRecord,
     confluent_framing: bool,
+    /// Per record field: whether it becomes a column (all, until a
+    /// projection). Every field is still read: a datum has no index, so
+    /// reaching a field means reading the ones before it, and a datum is
+    /// checked whole whatever is projected, so the same datums are
+    /// rejected under every projection.
+    keep: Vec<bool>,
 }
 
 /// The columns of the good datums, and the index and reason of each bad one.
@@ -46,18 +52,30 @@ impl AvroDecoder {
     /// A decoder for this writer schema.
     pub fn new(record: AvroRecord, confluent_framing: bool) -> Self {
         AvroDecoder {
+            keep: vec![true; record.fields.len()],
             record,
             confluent_framing,
         }
     }
 
-    /// Decode every payload (`None`: a message without payload).
+    /// Keep only some of the columns: `keep` has one flag per column kept
+    /// so far (per record field, the first time).
+    pub fn narrow(&mut self, keep: &[bool]) {
+        let mut flags = keep.iter();
+        for kept in self.keep.iter_mut().filter(|k| **k) {
+            *kept = flags.next().copied().unwrap_or(false);
+        }
+    }
+
+    /// Decode every payload (`None`: a message without payload) into the
+    /// kept columns.
     pub fn decode(&self, payloads: &[Option<&[u8]>]) -> AvroColumns {
-        let mut builders: Vec<Builder> = self
+        let mut builders: Vec<Option<Builder>> = self
             .record
             .fields
             .iter()
-            .map(|f| Builder::new(&f.ty, payloads.len()))
+            .zip(&self.keep)
+            .map(|(f, keep)| keep.then(|| Builder::new(&f.ty, payloads.len())))
             .collect();
         let mut good = Vec::with_capacity(payloads.len());
         let mut bad = Vec::new();
@@ -67,7 +85,9 @@ impl AvroDecoder {
             match self.datum(*payload, &mut row) {
                 Ok(()) => {
                     for (b, v) in builders.iter_mut().zip(row.iter()) {
-                        b.append(*v);
+                        if let Some(b) = b {
+                            b.append(*v);
+                        }
                     }
                     good.push(i);
                 }
@@ -75,7 +95,11 @@ impl AvroDecoder {
             }
         }
         AvroColumns {
-            columns: builders.into_iter().map(Builder::finish).collect(),
+            columns: builders
+                .into_iter()
+                .flatten()
+                .map(Builder::finish)
+                .collect(),
             good,
             bad,
         }
@@ -404,6 +428,34 @@ mod tests {
         let out = confluent.decode(&[Some(&framed), Some(&good)]);
         assert_eq!(out.good, vec![0]);
         assert_eq!(out.columns[0].len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn narrowed_decoders_build_only_the_kept_columns() -> Result<(), String> {
+        let good = datum();
+        let truncated = good[..4].to_vec();
+        let mut decoder = AvroDecoder::new(record()?, false);
+        // id, who, side, at, price → side, price.
+        decoder.narrow(&[false, false, true, false, true]);
+        let out = decoder.decode(&[Some(&good), Some(&truncated)]);
+        // The same datums are rejected as when every field is kept.
+        assert_eq!(out.good, vec![0]);
+        assert_eq!(out.bad.len(), 1);
+        assert_eq!(out.columns.len(), 2);
+        let side = out.columns[0].as_any().downcast_ref::<StringArray>();
+        assert_eq!(side.map(|a| a.value(0)), Some("SELL"));
+        // Narrowed again, relative to what is kept: price only; then nothing.
+        decoder.narrow(&[false, true]);
+        let out = decoder.decode(&[Some(&good)]);
+        assert_eq!(out.columns.len(), 1);
+        assert_eq!(
+            out.columns[0].data_type(),
+            &fv_plugin_sdk::arrow_schema::DataType::Float64
+        );
+        decoder.narrow(&[false]);
+        let out = decoder.decode(&[Some(&good), Some(&good)]);
+        assert_eq!((out.columns.len(), out.good.len()), (0, 2));
         Ok(())
     }
 }

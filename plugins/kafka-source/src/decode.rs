@@ -1,16 +1,26 @@
 //! Messages → one RecordBatch: the value columns in the configured format,
 //! then the metadata columns. A message that cannot become a row is a
 //! [`Rejected`] record (named `topic/partition@offset`); the rest flow.
+//!
+//! After a projection ([`Decoder::project`]) only the projected columns
+//! are built: JSON payloads are decoded with the projected value schema
+//! (other keys are skipped, so a wrong type or a missing non-nullable
+//! value under an unprojected key no longer rejects the message); Avro
+//! datums are still read whole (a datum has no index) but only projected
+//! fields become arrays, so the same datums are rejected whatever is
+//! projected; a `string` payload is still checked to be UTF-8 when
+//! `value` is not projected, for the same reason; metadata columns not
+//! projected are not built.
 
 use std::sync::Arc;
 
-use fv_plugin_sdk::Rejected;
 use fv_plugin_sdk::arrow_array::{
     ArrayRef, BinaryArray, RecordBatch, RecordBatchOptions, StringArray,
 };
 use fv_plugin_sdk::arrow_schema::{ArrowError, SchemaRef};
 use fv_plugin_sdk::arrow_select::concat::concat_batches;
 use fv_plugin_sdk::kafka::Message;
+use fv_plugin_sdk::{Rejected, Scan};
 
 use crate::avro::AvroDecoder;
 use crate::metadata;
@@ -35,8 +45,11 @@ pub struct Decoder {
     pub format: ValueFormat,
     /// The metadata columns after the value columns.
     pub meta: MetaColumns,
-    /// The full schema: value columns then metadata columns.
+    /// The schema of batches: value columns then metadata columns (all of
+    /// them until a projection).
     pub schema: SchemaRef,
+    /// String and bytes formats: batches carry the `value` column.
+    value_kept: bool,
 }
 
 /// One batch and the messages that did not make it into it.
@@ -55,6 +68,54 @@ struct Values {
 }
 
 impl Decoder {
+    /// A decoder of every column of `schema` (the value columns of
+    /// `format`, then those of `meta`).
+    pub fn new(format: ValueFormat, meta: MetaColumns, schema: SchemaRef) -> Self {
+        Decoder {
+            format,
+            meta,
+            schema,
+            value_kept: true,
+        }
+    }
+
+    /// Build only the columns `scan` reads, in schema order; a requested
+    /// column the schema lacks is an error naming it and the columns.
+    pub fn project(&mut self, scan: &Scan) -> Result<(), String> {
+        let names: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        if let Some(missing) = scan
+            .columns
+            .iter()
+            .flatten()
+            .find(|c| !names.contains(&c.as_str()))
+        {
+            return Err(format!(
+                "the projection asks for column `{missing}`, which this source does not have; its columns are [{}]",
+                names.join(", ")
+            ));
+        }
+        let keep: Vec<bool> = names.iter().map(|n| scan.reads(n)).collect();
+        // The metadata columns come last, one field each.
+        let values = keep.len().saturating_sub(self.meta.columns.len());
+        let (value_keep, meta_keep) = keep.split_at(values);
+        match &mut self.format {
+            ValueFormat::Json(value) => *value = project(value, value_keep)?,
+            ValueFormat::Avro(decoder) => decoder.narrow(value_keep),
+            ValueFormat::String | ValueFormat::Bytes => {
+                self.value_kept = self.value_kept && value_keep.first() == Some(&true);
+            }
+        }
+        let mut flags = meta_keep.iter();
+        self.meta.columns.retain(|_| flags.next() == Some(&true));
+        self.schema = project(&self.schema, &keep)?;
+        Ok(())
+    }
+
     /// Decode every message into one batch.
     pub fn decode(&self, messages: &[Message]) -> Result<Decoded, String> {
         let payloads: Vec<Option<&[u8]>> = messages.iter().map(|m| m.payload.as_deref()).collect();
@@ -68,9 +129,13 @@ impl Decoder {
                     bad: out.bad,
                 }
             }
-            ValueFormat::String => string_values(&payloads),
+            ValueFormat::String => string_values(&payloads, self.value_kept),
             ValueFormat::Bytes => Values {
-                columns: vec![Arc::new(payloads.iter().copied().collect::<BinaryArray>())],
+                columns: if self.value_kept {
+                    vec![Arc::new(payloads.iter().copied().collect::<BinaryArray>())]
+                } else {
+                    Vec::new()
+                },
                 good: (0..payloads.len()).collect(),
                 bad: Vec::new(),
             },
@@ -104,22 +169,40 @@ fn reject(m: &Message, reason: String) -> Rejected {
     }
 }
 
-/// `value` as Utf8; a payload that is not UTF-8 is rejected.
-fn string_values(payloads: &[Option<&[u8]>]) -> Values {
+/// The fields of `schema` whose flag in `keep` is set.
+fn project(schema: &SchemaRef, keep: &[bool]) -> Result<SchemaRef, String> {
+    let indexes: Vec<usize> = (0..schema.fields().len())
+        .filter(|i| keep.get(*i) == Some(&true))
+        .collect();
+    schema
+        .project(&indexes)
+        .map(Arc::new)
+        .map_err(|e| format!("projecting the schema {schema}: {e}"))
+}
+
+/// `value` as Utf8 (when `build`); a payload that is not UTF-8 is
+/// rejected either way.
+fn string_values(payloads: &[Option<&[u8]>], build: bool) -> Values {
     let mut good = Vec::with_capacity(payloads.len());
     let mut bad = Vec::new();
     let mut texts: Vec<Option<&str>> = Vec::with_capacity(payloads.len());
     for (i, p) in payloads.iter().enumerate() {
         match p.map(std::str::from_utf8).transpose() {
             Ok(text) => {
-                texts.push(text);
+                if build {
+                    texts.push(text);
+                }
                 good.push(i);
             }
             Err(e) => bad.push((i, format!("the payload is not UTF-8 text: {e}"))),
         }
     }
     Values {
-        columns: vec![Arc::new(texts.into_iter().collect::<StringArray>())],
+        columns: if build {
+            vec![Arc::new(texts.into_iter().collect::<StringArray>())]
+        } else {
+            Vec::new()
+        },
         good,
         bad,
     }
@@ -245,14 +328,14 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("_offset", DataType::Int64, false),
         ]));
-        Decoder {
-            format: ValueFormat::Json(value),
-            meta: MetaColumns {
+        Decoder::new(
+            ValueFormat::Json(value),
+            MetaColumns {
                 columns: vec![Meta::Offset],
                 key_utf8: false,
             },
-            schema: full,
-        }
+            full,
+        )
     }
 
     #[test]
@@ -304,14 +387,14 @@ mod tests {
 
     #[test]
     fn string_values_reject_binary() -> Result<(), String> {
-        let d = Decoder {
-            format: ValueFormat::String,
-            meta: MetaColumns {
+        let d = Decoder::new(
+            ValueFormat::String,
+            MetaColumns {
                 columns: Vec::new(),
                 key_utf8: false,
             },
-            schema: Arc::new(Schema::new(vec![Field::new("value", DataType::Utf8, true)])),
-        };
+            Arc::new(Schema::new(vec![Field::new("value", DataType::Utf8, true)])),
+        );
         let mut bad = message(2, None);
         bad.payload = Some(vec![0xff, 0xfe]);
         let out = d.decode(&[message(1, Some("hi")), bad, message(3, None)])?;
@@ -319,5 +402,89 @@ mod tests {
         assert_eq!(out.batch.column(0).null_count(), 1);
         assert_eq!(out.rejected.len(), 1);
         Ok(())
+    }
+
+    fn scan(columns: &[&str]) -> Scan {
+        Scan {
+            columns: Some(columns.iter().map(|c| c.to_string()).collect()),
+            filters: Vec::new(),
+        }
+    }
+
+    /// The JSON messages of `malformed_messages_are_rejected_and_the_rest_flow`
+    /// and more: projected, the batch is the full batch's projection (the
+    /// messages bad in a projected column are still rejected).
+    #[test]
+    fn json_projection_decodes_only_the_projected_columns() -> Result<(), String> {
+        let messages = [
+            message(10, Some(r#"{"id":1,"name":"a"}"#)),
+            message(11, Some(r#"{"id":"#)),
+            message(12, Some(r#"{"id":3,"name":"c"}"#)),
+            message(13, Some(r#"{"id":4,"name":5}"#)),
+        ];
+        let full = json_decoder().decode(&messages)?;
+        assert_eq!(full.batch.num_rows(), 2);
+
+        let mut d = json_decoder();
+        d.project(&scan(&["_offset", "id"]))?;
+        let names: Vec<&String> = d.schema.fields().iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["id", "_offset"], "the full schema's order");
+        let out = d.decode(&messages)?;
+        // `name` is not read: message 13 (a number for a string) flows.
+        assert_eq!(out.batch.num_rows(), 3);
+        assert_eq!(out.batch.schema(), d.schema);
+        let offsets = out.batch.column(1).as_any().downcast_ref::<Int64Array>();
+        assert_eq!(offsets.map(|o| o.values().to_vec()), Some(vec![10, 12, 13]));
+        let locations: Vec<&str> = out.rejected.iter().map(|r| r.location.as_str()).collect();
+        assert_eq!(locations, vec!["orders/2@11"]);
+
+        // Only metadata: no value column; malformed JSON still rejected.
+        let mut d = json_decoder();
+        d.project(&scan(&["_offset"]))?;
+        let out = d.decode(&messages)?;
+        assert_eq!((out.batch.num_columns(), out.batch.num_rows()), (1, 3));
+        assert_eq!(out.rejected.len(), 1);
+
+        // No column at all: the right row count.
+        let mut d = json_decoder();
+        d.project(&scan(&[]))?;
+        let out = d.decode(&messages)?;
+        assert_eq!((out.batch.num_columns(), out.batch.num_rows()), (0, 3));
+        assert!(d.schema.fields().is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn string_projection_without_value_still_rejects_binary() -> Result<(), String> {
+        let mut d = Decoder::new(
+            ValueFormat::String,
+            MetaColumns {
+                columns: vec![Meta::Partition, Meta::Offset],
+                key_utf8: false,
+            },
+            Arc::new(Schema::new(vec![
+                Field::new("value", DataType::Utf8, true),
+                Field::new("_partition", DataType::Int32, false),
+                Field::new("_offset", DataType::Int64, false),
+            ])),
+        );
+        d.project(&scan(&["_offset"]))?;
+        assert_eq!(d.meta.columns, vec![Meta::Offset]);
+        let mut bad = message(2, None);
+        bad.payload = Some(vec![0xff]);
+        let out = d.decode(&[message(1, Some("hi")), bad, message(3, Some("yo"))])?;
+        assert_eq!(out.batch.schema(), d.schema);
+        let offsets = out.batch.column(0).as_any().downcast_ref::<Int64Array>();
+        assert_eq!(offsets.map(|o| o.values().to_vec()), Some(vec![1, 3]));
+        assert_eq!(out.rejected.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unknown_column_is_refused_with_the_columns() {
+        let mut d = json_decoder();
+        let e = d.project(&scan(&["id", "price"])).err().unwrap_or_default();
+        assert!(e.contains("`price`"), "{e}");
+        assert!(e.contains("[id, name, _offset]"), "{e}");
     }
 }

@@ -14,6 +14,7 @@
 //! Each poll fetches up to `max_messages_per_poll` messages and decodes
 //! them into one batch; a message that cannot be decoded is rejected (the
 //! host dead-letters it, named `topic/partition@offset`) and the rest flow.
+//! Only the columns the topology reads are built (see `decode.rs`).
 //!
 //! A complete config (the `config` table of a source in a topology):
 //!
@@ -64,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::kafka::{Consumer, KafkaError, Message, PartitionOffset};
-use fv_plugin_sdk::{ConfigError, Poll, Source, SplitPosition, TaskContext, log};
+use fv_plugin_sdk::{ConfigError, Poll, Scan, Source, SplitPosition, TaskContext, log};
 
 use crate::assign::{BEGINNING, Part};
 use crate::cluster::describe;
@@ -160,6 +161,13 @@ impl Source for KafkaSource {
 
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.decoder.schema)
+    }
+
+    /// Only the projected columns are decoded (see `decode.rs`); positions
+    /// are offsets, the same under any projection. Filters are left to the
+    /// host: a message must be decoded before it can be tested.
+    fn push_down(&mut self, scan: Scan) -> Result<(), String> {
+        self.decoder.project(&scan)
     }
 
     fn splits(&self) -> Vec<String> {
@@ -416,11 +424,7 @@ fn build_decoder(
         Format::Bytes => (ValueFormat::Bytes, vec![schema::value_field(false)]),
     };
     let schema = schema::combine(&value_fields, &meta_fields)?;
-    Ok(Decoder {
-        format,
-        meta,
-        schema,
-    })
+    Ok(Decoder::new(format, meta, schema))
 }
 
 /// A failed connect, as a config error naming the key at fault.

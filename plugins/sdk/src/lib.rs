@@ -98,11 +98,11 @@ mod step;
 pub use config::ConfigError;
 pub use context::TaskContext;
 pub use sink::Sink;
-pub use source::{Poll, Rejected, Source, SplitPosition};
+pub use source::{Comparison, Filter, Literal, Poll, Rejected, Scan, Source, SplitPosition};
 pub use step::{ProcessError, RowError, Step, StepOutput};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// Generated WIT glue and the adapters between it and the SDK traits.
 /// Not part of the public API: only the export macros use it.
@@ -236,7 +236,7 @@ macro_rules! __fv_plugin_metadata {
                 env!("CARGO_PKG_VERSION"),
                 "\nkind=",
                 $kind,
-                "\ncontract=0.3.0",
+                "\ncontract=0.4.0",
                 "\nlicense=",
                 env!("CARGO_PKG_LICENSE"),
                 "\ndescription=",
@@ -281,7 +281,7 @@ macro_rules! export_source {
         impl $crate::__private::source_world::exports::fv::plugin::source::Guest for __FvSourceComponent {
             type Source = $crate::__private::SourceAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.4.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::source_world::export_source_world!(__FvSourceComponent with_types_in $crate::__private::source_world);
@@ -310,7 +310,7 @@ macro_rules! export_sink {
         impl $crate::__private::sink_world::exports::fv::plugin::sink::Guest for __FvSinkComponent {
             type Sink = $crate::__private::SinkAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.4.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::sink_world::export_sink_world!(__FvSinkComponent with_types_in $crate::__private::sink_world);
@@ -339,7 +339,7 @@ macro_rules! export_step {
         impl $crate::__private::step_world::exports::fv::plugin::step::Guest for __FvStepComponent {
             type Step = $crate::__private::StepAdapter<$ty>;
         }
-        // Export names like `fv:plugin/%s@0.3.0#…` exist only in Wasm; a
+        // Export names like `fv:plugin/%s@0.4.0#…` exist only in Wasm; a
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);

@@ -22,6 +22,13 @@ pub trait Sink: Sized + 'static {
         input: SchemaRef,
         task: &TaskContext,
     ) -> Result<Self, ConfigError>;
+    /// The input columns [`write`](Self::write) reads, in the order it
+    /// wants them; `None` (the default) means all. The host sends only
+    /// these, and sources upstream read no more than the topology needs:
+    /// a sink that only counts rows returns `Some(vec![])`.
+    fn input_columns(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Write a batch of the current epoch.
     fn write(&mut self, batch: RecordBatch) -> Result<(), String>;
     /// Pre-commit the epoch; the handle is stored by the host and given back to `commit`.
@@ -51,6 +58,10 @@ impl<T: Sink> wit::GuestSink for SinkAdapter<T> {
         Ok(wit::Sink::new(SinkAdapter {
             inner: RefCell::new(inner),
         }))
+    }
+
+    fn input_columns(&self) -> Option<Vec<String>> {
+        self.inner.borrow().input_columns()
     }
 
     fn write(&self, batch: Vec<u8>) -> Result<(), String> {

@@ -51,6 +51,66 @@ pub enum Poll {
     Finished,
 }
 
+/// What the topology reads of a source (see [`Source::push_down`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scan {
+    /// The columns some consumer reads, in the order of [`Source::schema`];
+    /// `None`: all.
+    pub columns: Option<Vec<String>>,
+    /// Row filters (a conjunction) every row the topology keeps satisfies.
+    pub filters: Vec<Filter>,
+}
+
+impl Scan {
+    /// Whether `column` is read (always, when no projection was asked).
+    pub fn reads(&self, column: &str) -> bool {
+        self.columns
+            .as_ref()
+            .is_none_or(|c| c.iter().any(|n| n == column))
+    }
+}
+
+/// `column op value`, e.g. `price > 100`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Filter {
+    /// The column.
+    pub column: String,
+    /// The comparison.
+    pub op: Comparison,
+    /// The literal.
+    pub value: Literal,
+}
+
+/// A comparison in a [`Filter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    /// `=`
+    Eq,
+    /// `<>`
+    NotEq,
+    /// `<`
+    Lt,
+    /// `<=`
+    LtEq,
+    /// `>`
+    Gt,
+    /// `>=`
+    GtEq,
+}
+
+/// The literal side of a [`Filter`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Text(String),
+    /// A boolean.
+    Boolean(bool),
+}
+
 /// A source plugin: produces batches and the positions it reached.
 pub trait Source: Sized + 'static {
     /// The plugin's `config` table.
@@ -59,8 +119,18 @@ pub trait Source: Sized + 'static {
     /// Create the instance for one task. Errors fail the topology before
     /// any data moves, so check everything here.
     fn open(config: Self::Config, task: &TaskContext) -> Result<Self, ConfigError>;
-    /// The schema of every batch.
+    /// The schema of every batch (after [`push_down`](Self::push_down),
+    /// the projected one).
     fn schema(&self) -> SchemaRef;
+    /// What the topology reads of this source: called at most once, after
+    /// `open` and before `restore`. Read only `scan.columns` from now on
+    /// (and make [`schema`](Self::schema) say so); skip data that
+    /// `scan.filters` exclude where that is cheap. The host checks the
+    /// narrowed schema and still applies the filters. Default: read
+    /// everything.
+    fn push_down(&mut self, _scan: Scan) -> Result<(), String> {
+        Ok(())
+    }
     /// The splits this task reads.
     fn splits(&self) -> Vec<String>;
     /// Seek to recorded positions (called before the first poll).
@@ -96,6 +166,36 @@ impl<T: Source> wit::GuestSource for SourceAdapter<T> {
     fn schema(&self) -> Vec<u8> {
         let schema = self.inner.borrow().schema();
         ipc::encode_schema(&schema).unwrap_or_default()
+    }
+
+    fn push_down(&self, request: wit::Scan) -> Result<Vec<u8>, String> {
+        let scan = Scan {
+            columns: request.columns,
+            filters: request
+                .filters
+                .into_iter()
+                .map(|f| Filter {
+                    column: f.column,
+                    op: match f.op {
+                        wit::Comparison::Eq => Comparison::Eq,
+                        wit::Comparison::NotEq => Comparison::NotEq,
+                        wit::Comparison::Lt => Comparison::Lt,
+                        wit::Comparison::LtEq => Comparison::LtEq,
+                        wit::Comparison::Gt => Comparison::Gt,
+                        wit::Comparison::GtEq => Comparison::GtEq,
+                    },
+                    value: match f.value {
+                        wit::Literal::Int(v) => Literal::Int(v),
+                        wit::Literal::Float(v) => Literal::Float(v),
+                        wit::Literal::Text(v) => Literal::Text(v),
+                        wit::Literal::Boolean(v) => Literal::Boolean(v),
+                    },
+                })
+                .collect(),
+        };
+        let mut inner = self.inner.borrow_mut();
+        inner.push_down(scan)?;
+        ipc::encode_schema(&inner.schema()).map_err(|e| format!("encoding a schema: {e}"))
     }
 
     fn splits(&self) -> Vec<String> {

@@ -7,6 +7,8 @@
 //! uncommitted epoch — and the open one — is aborted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use crossbeam_channel::Sender;
@@ -22,8 +24,13 @@ pub struct SinkWriter {
     name: String,
     task: u32,
     acks: Sender<Ack>,
-    /// Prepared epochs waiting for their commit, with their handles.
-    prepared: BTreeMap<u64, Vec<u8>>,
+    /// Prepared epochs waiting for their commit, with their handles and
+    /// when their oldest row was read.
+    prepared: BTreeMap<u64, (Vec<u8>, Option<Instant>)>,
+    /// When the oldest row written in the open epoch was read.
+    oldest_read: Option<Instant>,
+    /// The sink's counters (commit latency is observed outside `out`).
+    metrics: Option<Arc<StageMetrics>>,
     /// The epoch rows are being written for (last barrier + 1).
     open_epoch: u64,
 }
@@ -43,6 +50,8 @@ impl SinkWriter {
             task,
             acks,
             prepared: BTreeMap::new(),
+            oldest_read: None,
+            metrics: None,
             open_epoch: first_epoch,
         }
     }
@@ -57,12 +66,19 @@ impl Operator for SinkWriter {
     ) -> Result<(), TaskError> {
         self.instance.write(&batch)?;
         StageMetrics::add(&out.metrics.rows_out, batch.num_rows() as u64);
+        let read_at = out.read_at();
+        out.metrics.read_to_write.observe(read_at.elapsed());
+        self.oldest_read = Some(self.oldest_read.map_or(read_at, |o| o.min(read_at)));
+        if self.metrics.is_none() {
+            self.metrics = Some(Arc::clone(&out.metrics));
+        }
         Ok(())
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
         let handle = self.instance.prepare(epoch)?;
-        self.prepared.insert(epoch, handle.clone());
+        self.prepared
+            .insert(epoch, (handle.clone(), self.oldest_read.take()));
         self.open_epoch = epoch + 1;
         // The coordinator may be gone if the run failed; abort handles that.
         let _ = self.acks.send(Ack::Sink {
@@ -77,8 +93,11 @@ impl Operator for SinkWriter {
     fn on_commit(&mut self, epoch: u64) -> Result<(), TaskError> {
         let ready: Vec<u64> = self.prepared.range(..=epoch).map(|(e, _)| *e).collect();
         for e in ready {
-            if let Some(handle) = self.prepared.remove(&e) {
+            if let Some((handle, oldest_read)) = self.prepared.remove(&e) {
                 self.instance.commit(e, &handle)?;
+                if let (Some(read), Some(metrics)) = (oldest_read, &self.metrics) {
+                    metrics.read_to_commit.observe(read.elapsed());
+                }
             }
         }
         Ok(())

@@ -237,7 +237,7 @@ impl Harness {
 
     fn drain(&mut self) {
         while let Ok(m) = self.rows.try_recv() {
-            if let Message::Batch(b) = m {
+            if let Message::Batch(b, _) = m {
                 self.output.push(b);
             }
         }

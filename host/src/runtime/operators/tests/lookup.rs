@@ -61,7 +61,7 @@ fn run(keep_unmatched: bool) -> (Vec<RecordBatch>, RecordBatch) {
     let batches = rx
         .try_iter()
         .filter_map(|m| match m {
-            Message::Batch(b) => Some(b),
+            Message::Batch(b, _) => Some(b),
             _ => None,
         })
         .collect();

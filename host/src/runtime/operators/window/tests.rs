@@ -147,7 +147,7 @@ fn oracle(input: &RecordBatch, slide_ms: u64, hops: u64) -> Vec<Row> {
 
 fn collect(rx: &Receiver<Message>, rows: &mut Vec<Row>) {
     while let Ok(m) = rx.try_recv() {
-        let Message::Batch(b) = m else { continue };
+        let Message::Batch(b, _) = m else { continue };
         let ws = b.column(0).as_primitive::<TimestampMicrosecondType>();
         let int = |i: usize| b.column(i).as_primitive::<Int64Type>().clone();
         let (auction, count, priced, top, volume) = (int(2), int(3), int(4), int(5), int(6));
@@ -421,7 +421,7 @@ fn a_window_without_key_is_one_global_group() {
     let fired: Vec<RecordBatch> = rx
         .try_iter()
         .filter_map(|m| match m {
-            Message::Batch(b) => Some(b),
+            Message::Batch(b, _) => Some(b),
             _ => None,
         })
         .collect();
