@@ -158,7 +158,7 @@ fn events_of(engine: &PluginEngine, stream: &str, events: u64) -> Vec<RecordBatc
     let mut batches = Vec::new();
     loop {
         match source.poll(8192).expect("poll") {
-            SourcePoll::Batch(b, _, _) => batches.push(b),
+            SourcePoll::Batch(b, _, _, _) => batches.push(b),
             SourcePoll::Idle => {}
             SourcePoll::Finished => return batches,
         }

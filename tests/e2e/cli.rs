@@ -141,6 +141,55 @@ fn every_example_validates() {
     }
 }
 
+/// Every sink says how fresh its output is: read → write per batch and,
+/// for an epoch, read of its oldest row → commit. A commit follows every
+/// write of its epoch, whose rows were read no earlier than the epoch's
+/// oldest, so the slowest commit is never quicker than the slowest write.
+#[test]
+fn the_summary_and_the_status_say_how_fresh_each_sinks_output_is() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        r#"name = "fresh"
+batch_size = 500
+[checkpoint]
+interval = "100ms"
+[sources.n]
+plugin = "generator"
+config = { kind = "sequence", events = 20000, rate = 40000 }
+[sinks.out]
+input = "n"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out" }
+"#,
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("out ") && l.contains("read → write p50"))
+        .unwrap_or_else(|| panic!("a freshness line for `out`: {}", run.stderr));
+    assert!(line.contains("read → commit p50"), "{line}");
+    let status = s.fvhost(&["status", ".fvhost/fresh"]);
+    assert_exit(&status, 0);
+    let record: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let sink = record["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|st| st["name"] == "out")
+        .expect("sink out");
+    let (write, commit) = (&sink["read_to_write"], &sink["read_to_commit"]);
+    assert!(write["count"].as_u64().is_some_and(|n| n >= 40), "{sink}");
+    assert!(commit["count"].as_u64().is_some_and(|n| n >= 2), "{sink}");
+    assert!(
+        commit["max_micros"].as_u64() >= write["max_micros"].as_u64(),
+        "{sink}"
+    );
+}
+
 #[test]
 fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
     let s = Scratch::new();

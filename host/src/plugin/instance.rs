@@ -225,9 +225,14 @@ fn rejection(e: types::ConfigError) -> ConfigRejection {
 
 /// What a source poll produced.
 pub enum SourcePoll {
-    /// Rows, the positions after them, and the records the plugin could
-    /// not turn into rows.
-    Batch(RecordBatch, Vec<(String, Vec<u8>)>, Vec<RejectedRecord>),
+    /// Rows, the positions after them, the records the plugin could not
+    /// turn into rows, and the splits it has drained (0.4).
+    Batch(
+        RecordBatch,
+        Vec<(String, Vec<u8>)>,
+        Vec<RejectedRecord>,
+        Vec<String>,
+    ),
     /// Nothing now.
     Idle,
     /// Drained.
@@ -544,6 +549,7 @@ impl SourceInstance {
                 match sandbox.call(|store| s.call_poll(store, resource, max_rows))? {
                     Old::Batch(b) => wit::PollResult::Batch(wit::SourceBatch {
                         batch: b.batch,
+                        finished: Vec::new(),
                         positions: b
                             .positions
                             .into_iter()
@@ -610,6 +616,7 @@ impl SourceInstance {
                             content: r.content,
                         })
                         .collect(),
+                    b.finished,
                 ))
             }
             PollResult::Idle => Ok(SourcePoll::Idle),

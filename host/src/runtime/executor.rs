@@ -638,7 +638,7 @@ impl SourceTask {
             }
             let read_at = Instant::now();
             match self.instance.poll(self.batch_size)? {
-                SourcePoll::Batch(batch, positions, rejected) => {
+                SourcePoll::Batch(batch, positions, rejected, finished) => {
                     if !rejected.is_empty() {
                         self.reject(&rejected)?;
                     }
@@ -646,12 +646,16 @@ impl SourceTask {
                     StageMetrics::add(&self.out.metrics.rows_in, batch.num_rows() as u64);
                     let splits: Vec<&str> = positions.iter().map(|(s, _)| s.as_str()).collect();
                     let watermark = match &self.event_time {
-                        Some(e) => self.clock.on_rows(&batch, &splits, e).map_err(|err| {
-                            TaskError::State {
-                                stage: self.name.clone(),
-                                message: format!("reading event time: {err}"),
-                            }
-                        })?,
+                        Some(e) => {
+                            let moved = self.clock.on_rows(&batch, &splits, e).map_err(|err| {
+                                TaskError::State {
+                                    stage: self.name.clone(),
+                                    message: format!("reading event time: {err}"),
+                                }
+                            })?;
+                            // Drained splits stop holding time back.
+                            self.clock.finished(&finished, e).or(moved)
+                        }
                         None => None,
                     };
                     self.positions.extend(positions);

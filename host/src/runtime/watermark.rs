@@ -152,6 +152,19 @@ impl<C: Clock> WatermarkClock<C> {
         Ok(self.advance(e))
     }
 
+    /// The source drained `splits`: no row of theirs follows, so they no
+    /// longer hold the watermark back; returns the watermark to send, if
+    /// it changed.
+    pub fn finished(&mut self, splits: &[String], e: &SourceEventTime) -> Option<Watermark> {
+        if splits.is_empty() {
+            return None;
+        }
+        for split in splits {
+            self.splits.remove(split);
+        }
+        self.advance(e)
+    }
+
     /// No rows this poll: a split idle past the timeout stops holding the
     /// watermark back; `Idle` once every split is.
     pub fn on_idle(&mut self, e: &SourceEventTime) -> Option<Watermark> {
@@ -307,5 +320,29 @@ mod tests {
             w.on_rows(&rows(&[600]), &["a"], &e).expect("a"),
             Some(Watermark::At(600_000))
         );
+    }
+
+    /// A drained split stops holding the watermark at once; one not yet
+    /// read still holds it.
+    #[test]
+    fn a_finished_split_no_longer_holds_the_watermark_back() {
+        let e = SourceEventTime {
+            column: 0,
+            delay: Duration::ZERO,
+            idle_timeout: Duration::from_secs(30),
+        };
+        let clock = ManualClock::default();
+        let mut w = WatermarkClock::new(clock.clone());
+        w.expect(&["a".into(), "b".into(), "c".into()]);
+        assert_eq!(w.on_rows(&rows(&[10]), &["a"], &e).expect("rows"), None);
+        assert_eq!(w.on_rows(&rows(&[50]), &["b"], &e).expect("rows"), None);
+        assert_eq!(w.finished(&["a".into()], &e), None, "c has not spoken");
+        assert_eq!(
+            w.on_rows(&rows(&[70]), &["c"], &e).expect("rows"),
+            Some(Watermark::At(50_000)),
+            "a no longer holds at 10 ms"
+        );
+        assert_eq!(w.finished(&["b".into()], &e), Some(Watermark::At(70_000)));
+        assert_eq!(w.finished(&[], &e), None);
     }
 }

@@ -142,6 +142,9 @@ pub struct FileSource {
     codec: Codec,
     /// Parquet: filters whose row groups' statistics may rule them out.
     filters: Vec<Filter>,
+    /// Splits drained since the host last asked (they stop holding the
+    /// watermark back).
+    finished: Vec<String>,
     skip_bad_rows: bool,
     splits: Vec<SplitState>,
     current: usize,
@@ -265,6 +268,7 @@ impl Source for FileSource {
                 delimiter,
             },
             filters: Vec::new(),
+            finished: Vec::new(),
             skip_bad_rows,
             splits,
             current: 0,
@@ -292,6 +296,10 @@ impl Source for FileSource {
 
     fn splits(&self) -> Vec<String> {
         self.splits.iter().map(|s| s.name.clone()).collect()
+    }
+
+    fn finished_splits(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.finished)
     }
 
     fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String> {
@@ -368,8 +376,13 @@ impl Source for FileSource {
         if split.done {
             split.text = None;
         }
+        let positions = position_of(split);
+        if split.done {
+            let name = split.name.clone();
+            self.finished.push(name);
+        }
         Ok(Poll::Batch {
-            positions: position_of(split),
+            positions,
             batch,
             rejected: Vec::new(),
         })
@@ -392,6 +405,9 @@ impl FileSource {
                 return Ok(poll);
             }
             // That split is drained: go on with the next one.
+            if let Some(split) = self.splits.get(self.current) {
+                self.finished.push(split.name.clone());
+            }
             self.current += 1;
         }
         Ok(Poll::Finished)

@@ -583,3 +583,51 @@ fn positions_of_a_filtered_parquet_run_mean_the_same_rows() {
     let positions = |p: &Polled| p.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>();
     assert_eq!(positions(&counted), positions(&with_columns));
 }
+
+/// Plain CSV blocks are narrowed to the projected fields before decoding;
+/// the rows and the errors are those of decoding whole rows: a row with a
+/// field too many or too few is malformed whatever is read (with no
+/// column read too), and a quoted field (which may hold the delimiter) is
+/// decoded whole.
+#[test]
+fn narrowed_csv_blocks_keep_the_rows_and_errors_of_whole_rows() {
+    let declared = serde_json::json!({ "columns": ["id:int64", "name:utf8", "price:float64"] });
+    for (text, read) in [
+        ("id,name,price\n1,a,1.5\n2,b,2.5,extra\n", &["price"][..]),
+        ("id,name,price\n1,a,1.5\n2,b\n", &[][..]),
+        ("id,name,price\n1,a,1.5\n2,b,2.5,extra\n", &[][..]),
+    ] {
+        let f = file(".csv", text);
+        let path = f.path().to_string_lossy().into_owned();
+        let mut source = open(&path, declared.clone());
+        source.push_down(columns(read)).expect("push_down");
+        let e = source.poll(10).expect_err("a malformed row");
+        assert!(e.contains("line 3"), "{text:?} reading {read:?}: {e}");
+    }
+    let f = file(
+        ".csv",
+        "id,name,price\n1,\"a, the first\",1.5\n2,b,2.5\n3,,3.5\n",
+    );
+    let path = f.path().to_string_lossy().into_owned();
+    let mut source = open(&path, declared.clone());
+    source
+        .push_down(columns(&["name", "price"]))
+        .expect("push_down");
+    let got = drain(&mut source, 10, None);
+    let batch = &got[0].0;
+    let names = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("utf8");
+    assert_eq!(names.value(0), "a, the first");
+    assert_eq!(names.value(1), "b");
+    assert!(names.is_null(2), "an empty field is null, as before");
+    let mut none = open(&path, declared);
+    none.push_down(columns(&[])).expect("push_down");
+    let rows: usize = drain(&mut none, 10, None)
+        .iter()
+        .map(|(b, _)| b.num_rows())
+        .sum();
+    assert_eq!(rows, 3);
+}

@@ -265,3 +265,40 @@ fn a_position_that_does_not_fit_its_split_is_refused() {
         assert!(e.contains(&format!("bad position for `{split}`")), "{e}");
     }
 }
+
+/// Every split a task owns is reported drained exactly once, right after
+/// the poll that read its last row (text ranges and Parquet row groups):
+/// the host then stops holding the task's watermark for it.
+#[test]
+fn each_split_is_reported_finished_once_when_drained() {
+    let (csv, pq) = (csv_file(3000), parquet_file(3000));
+    for (path, split_bytes) in [(csv.path(), 4000u64), (pq.path(), 1)] {
+        let path = path.to_string_lossy().into_owned();
+        let mut source = open(&path, split_bytes, 0, 2);
+        let owned = source.splits();
+        assert!(owned.len() > 2, "{path}: several splits");
+        let mut finished = Vec::new();
+        let mut last_positions: Vec<String> = Vec::new();
+        loop {
+            match source.poll(200).expect("poll") {
+                Poll::Batch { positions, .. } => {
+                    for name in source.finished_splits() {
+                        // Drained right after (or in) the batch that last
+                        // moved it, never before it was read.
+                        assert!(
+                            positions.iter().any(|p| p.split == name)
+                                || last_positions.contains(&name),
+                            "{name} reported before its rows"
+                        );
+                        finished.push(name);
+                    }
+                    last_positions = positions.into_iter().map(|p| p.split).collect();
+                }
+                Poll::Idle => {}
+                Poll::Finished => break,
+            }
+        }
+        finished.extend(source.finished_splits());
+        assert_eq!(finished, owned, "{path}: each split once, in order");
+    }
+}

@@ -137,6 +137,13 @@ pub trait Source: Sized + 'static {
     fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String>;
     /// Produce at most `max_rows` rows.
     fn poll(&mut self, max_rows: usize) -> Result<Poll, String>;
+    /// The splits drained since the last call: no row of theirs follows,
+    /// so they stop holding the task's watermark back. Asked after every
+    /// poll that returns a batch. Default: none (a drained split then
+    /// holds the watermark until the source's idle timeout).
+    fn finished_splits(&mut self) -> Vec<String> {
+        Vec::new()
+    }
     /// Epoch `epoch` is committed with these positions of this task's
     /// splits (e.g. commit consumer-group offsets). Default: nothing.
     fn committed(&mut self, _epoch: u64, _positions: Vec<SplitPosition>) -> Result<(), String> {
@@ -213,12 +220,14 @@ impl<T: Source> wit::GuestSource for SourceAdapter<T> {
     }
 
     fn poll(&self, max_rows: u32) -> Result<wit::PollResult, String> {
-        match self.inner.borrow_mut().poll(max_rows as usize)? {
+        let mut inner = self.inner.borrow_mut();
+        match inner.poll(max_rows as usize)? {
             Poll::Batch {
                 batch,
                 positions,
                 rejected,
             } => Ok(wit::PollResult::Batch(wit::SourceBatch {
+                finished: inner.finished_splits(),
                 batch: ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?,
                 positions: positions
                     .into_iter()

@@ -44,7 +44,7 @@ impl LookupTable {
         let mut idle_since: Option<std::time::Instant> = None;
         loop {
             match source.poll(8192).map_err(|e| e.to_string())? {
-                SourcePoll::Batch(b, _, _) => {
+                SourcePoll::Batch(b, _, _, _) => {
                     idle_since = None;
                     rows += b.num_rows();
                     if rows > TABLE_ROW_LIMIT {
