@@ -42,6 +42,9 @@ struct Query {
     stages: &'static str,
     output: &'static str,
     columns: &'static [&'static str],
+    /// Whether the query needs event time (a watermark on `date_time`):
+    /// only the windowed ones; the others read just their columns.
+    event_time: bool,
 }
 
 const ALL: &[&str] = &["auction", "bidder", "price", "channel", "url", "date_time"];
@@ -52,6 +55,7 @@ const QUERIES: &[Query] = &[
         stages: "",
         output: "bids",
         columns: ALL,
+        event_time: false,
     },
     Query {
         name: "q1",
@@ -62,6 +66,7 @@ sql = "SELECT auction, bidder, CAST(price * 0.908 AS BIGINT) AS price, date_time
 "#,
         output: "q1",
         columns: &["auction", "bidder", "price", "date_time"],
+        event_time: false,
     },
     Query {
         name: "q2",
@@ -72,6 +77,7 @@ sql = "SELECT auction, price FROM bids WHERE auction % 123 = 0"
 "#,
         output: "q2",
         columns: &["auction", "price"],
+        event_time: false,
     },
     Query {
         name: "q5",
@@ -90,6 +96,7 @@ top_n = { n = 1, order_by = ["bids DESC", "auction"] }
 "#,
         output: "hottest",
         columns: &["auction", "date_time"],
+        event_time: true,
     },
     Query {
         name: "q7",
@@ -105,6 +112,7 @@ sql = "SELECT auction, bidder, price, date_time, window_end FROM highest"
 "#,
         output: "q7",
         columns: &["auction", "bidder", "price", "date_time"],
+        event_time: true,
     },
 ];
 
@@ -198,7 +206,7 @@ interval = "10s"
 parallelism = {parallelism}
 allow_read = ["data"]
 config = {config}
-watermark = {{ column = "date_time" }}
+{watermark}
 {stages}
 [sinks.out]
 input = "{output}"
@@ -206,6 +214,11 @@ plugin = "blackhole-sink"
 "#,
         stages = query.stages,
         output = query.output,
+        watermark = if query.event_time {
+            r#"watermark = { column = "date_time" }"#
+        } else {
+            ""
+        },
     )
 }
 

@@ -150,7 +150,9 @@ impl Coordinator {
         let mut last_epoch: Option<u64> = None;
         let mut committed = None;
         let mut finished_sources = 0;
-        let mut last_start = Instant::now();
+        // Barriers keep a fixed rate: each is due one interval after the
+        // previous one was due, not after it went out (no drift).
+        let mut next_due = Instant::now() + self.config.interval;
         loop {
             if self.control.has_failed() {
                 return committed;
@@ -159,7 +161,7 @@ impl Coordinator {
                 let all_drained =
                     self.config.source_tasks > 0 && finished_sources >= self.config.source_tasks;
                 let last = all_drained || self.control.stop_requested();
-                if last || last_start.elapsed() >= self.config.interval {
+                if last || Instant::now() >= next_due {
                     for tx in &self.sources {
                         let _ = tx.send(SourceCommand::Barrier { epoch: next, last });
                     }
@@ -174,10 +176,17 @@ impl Coordinator {
                         last_epoch = Some(next);
                     }
                     next += 1;
-                    last_start = Instant::now();
+                    next_due += self.config.interval;
+                    // After a long stall, start again from now rather
+                    // than firing a burst of barriers.
+                    next_due = next_due.max(Instant::now());
                 }
             }
-            match self.acks.recv_timeout(Duration::from_millis(20)) {
+            // Wake for the next barrier on time, not up to a poll late.
+            let wait = next_due
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), Duration::from_millis(20));
+            match self.acks.recv_timeout(wait) {
                 Ok(Ack::SourceFinished) => finished_sources += 1,
                 Ok(Ack::Source {
                     name,

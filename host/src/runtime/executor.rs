@@ -587,8 +587,12 @@ impl SourceTask {
             let splits = self.instance.splits()?;
             self.clock.expect(&splits);
         }
+        // A command that arrived while an idle source was backing off.
+        let mut early: Option<SourceCommand> = None;
         loop {
-            let command = if drained {
+            let command = if let Some(command) = early.take() {
+                Some(command)
+            } else if drained {
                 // Nothing left to read: wait for the final barrier.
                 match self.commands.recv_timeout(TICK) {
                     Ok(c) => Some(c),
@@ -670,7 +674,13 @@ impl SourceTask {
                     if let Some(w) = self.event_time.as_ref().and_then(|e| self.clock.on_idle(e)) {
                         self.out.watermark(w)?;
                     }
-                    std::thread::sleep(IDLE_BACKOFF)
+                    // Back off, but wake at once for a barrier: an idle
+                    // source must not delay the epoch (and its commit).
+                    match self.commands.recv_timeout(IDLE_BACKOFF) {
+                        Ok(command) => early = Some(command),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+                    }
                 }
                 SourcePoll::Finished => {
                     drained = true;

@@ -41,8 +41,11 @@ pub struct StageMetrics {
     /// made them) to the moment the sink's `write` returned.
     pub read_to_write: FreshnessHistogram,
     /// Exactly-once sinks: from the read of the oldest row of an epoch to
-    /// the moment the sink committed it (visible downstream).
-    pub read_to_commit: FreshnessHistogram,
+    /// the moment the sink committed it (visible downstream). One
+    /// observation per epoch: the newest are also kept exactly, since a
+    /// bucket is too coarse to tell a commit at interval + 20 ms from one
+    /// at interval + 200 ms.
+    pub read_to_commit: CommitHistogram,
 }
 
 /// Upper bounds of the freshness buckets, in microseconds: 1, 1.5, 2, 3,
@@ -74,6 +77,26 @@ impl Default for FreshnessHistogram {
     }
 }
 
+/// A [`LatencyHistogram`] over [`FRESHNESS_BUCKETS_MICROS`] that also
+/// keeps its newest 256 observations exactly.
+#[derive(Debug)]
+pub struct CommitHistogram(pub LatencyHistogram);
+
+impl Default for CommitHistogram {
+    fn default() -> Self {
+        let mut h = LatencyHistogram::with_bounds(&FRESHNESS_BUCKETS_MICROS);
+        h.recent = Some((256, Mutex::new(std::collections::VecDeque::new())));
+        CommitHistogram(h)
+    }
+}
+
+impl std::ops::Deref for CommitHistogram {
+    type Target = LatencyHistogram;
+    fn deref(&self) -> &LatencyHistogram {
+        &self.0
+    }
+}
+
 impl std::ops::Deref for FreshnessHistogram {
     type Target = LatencyHistogram;
     fn deref(&self) -> &LatencyHistogram {
@@ -96,6 +119,8 @@ pub struct LatencyHistogram {
     count: AtomicU64,
     sum_micros: AtomicU64,
     max_micros: AtomicU64,
+    /// How many of the newest observations to keep exactly, and them.
+    recent: Option<(usize, Mutex<std::collections::VecDeque<u64>>)>,
 }
 
 impl Default for LatencyHistogram {
@@ -118,14 +143,25 @@ pub struct LatencySnapshot {
     /// The largest, microseconds.
     #[serde(default)]
     pub max_micros: u64,
+    /// The newest observations, exactly (histograms that keep them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_micros: Vec<u64>,
 }
 
 impl LatencySnapshot {
-    /// The `q` quantile (0–1) in microseconds, interpolated inside its
+    /// The `q` quantile (0–1) in microseconds: exact over the newest
+    /// observations where they are kept, otherwise interpolated inside its
     /// bucket and never above the largest observation; `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<u64> {
         if self.count == 0 {
             return None;
+        }
+        if !self.recent_micros.is_empty() {
+            // Exact, over the newest observations.
+            let mut sorted = self.recent_micros.clone();
+            sorted.sort_unstable();
+            let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+            return sorted.get(rank - 1).copied();
         }
         let rank = (q.clamp(0.0, 1.0) * self.count as f64).ceil().max(1.0) as u64;
         let mut below = (0u64, 0u64); // (bound, cumulative) of the previous bucket
@@ -151,6 +187,7 @@ impl LatencyHistogram {
             count: AtomicU64::new(0),
             sum_micros: AtomicU64::new(0),
             max_micros: AtomicU64::new(0),
+            recent: None,
         }
     }
 
@@ -165,12 +202,30 @@ impl LatencyHistogram {
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
         self.max_micros.fetch_max(micros, Ordering::Relaxed);
+        if let Some((keep, recent)) = &self.recent {
+            let mut recent = recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == *keep {
+                recent.pop_front();
+            }
+            recent.push_back(micros);
+        }
     }
 
     /// Read it.
     pub fn snapshot(&self) -> LatencySnapshot {
         LatencySnapshot {
             max_micros: self.max_micros.load(Ordering::Relaxed),
+            recent_micros: self
+                .recent
+                .as_ref()
+                .map(|(_, r)| {
+                    r.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .copied()
+                        .collect()
+                })
+                .unwrap_or_default(),
             le_micros: self.bounds.to_vec(),
             cumulative: self
                 .buckets
@@ -287,5 +342,23 @@ mod tests {
         let p99 = s.quantile(0.99).expect("p99");
         assert!((30_000..=50_000).contains(&p99), "{p99}");
         assert_eq!(s.quantile(1.0), Some(400_000));
+    }
+
+    #[test]
+    fn commit_latencies_are_exact_over_the_newest_epochs() {
+        let h = CommitHistogram::default();
+        for ms in [1_020, 1_010, 1_030, 1_015] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.quantile(0.5), Some(1_015_000), "not the 1.5 s bucket");
+        assert_eq!(s.quantile(0.99), Some(1_030_000));
+        for _ in 0..300 {
+            h.observe(Duration::from_millis(900));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.recent_micros.len(), 256, "only the newest are kept");
+        assert_eq!(s.quantile(1.0), Some(900_000));
+        assert_eq!(s.max_micros, 1_030_000, "the max is of all of them");
     }
 }

@@ -9,7 +9,7 @@
 //! instead of duplicating rows, and `commit` is idempotent.
 
 use std::fs::{self, File};
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use fv_plugin_sdk::arrow_array::RecordBatch;
@@ -47,10 +47,37 @@ enum Format {
     Parquet,
 }
 
+/// Bytes handed to a text file after which they are synced while the
+/// epoch runs: `prepare` then syncs only the tail, so a commit — and the
+/// rows' freshness — does not wait for a whole epoch's write-back.
+const SYNC_EVERY: u64 = 8 << 20;
+
+/// A text epoch file that syncs its data every [`SYNC_EVERY`] bytes.
+pub struct SyncingFile {
+    file: File,
+    unsynced: u64,
+}
+
+impl Write for SyncingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n as u64;
+        if self.unsynced >= SYNC_EVERY {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// The open file of the current epoch.
 enum EpochFile {
     /// JSON lines or CSV.
-    Text(BufWriter<File>),
+    Text(BufWriter<SyncingFile>),
     /// Parquet: the footer is written when the epoch is prepared.
     Parquet(Box<ArrowWriter<File>>),
 }
@@ -61,6 +88,7 @@ impl EpochFile {
         match self {
             EpochFile::Text(w) => w
                 .into_inner()
+                .map(|f| f.file)
                 .map_err(|e| format!("flushing: {}", e.error())),
             EpochFile::Parquet(w) => w
                 .into_inner()
@@ -157,7 +185,10 @@ impl Sink for FileSink {
                     .map_err(|e| format!("cannot start a Parquet file: {e}"))?;
                 EpochFile::Parquet(Box::new(writer))
             } else {
-                EpochFile::Text(BufWriter::with_capacity(1 << 20, file))
+                EpochFile::Text(BufWriter::with_capacity(
+                    1 << 20,
+                    SyncingFile { file, unsynced: 0 },
+                ))
             });
             self.wrote_header = false;
         }
