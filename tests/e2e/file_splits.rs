@@ -84,6 +84,11 @@ fn byte_ranges_over_three_tasks_give_the_rows_of_one_unsplit_task() {
     s.write("t.toml", &topology(3, 40_000, 0));
     let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
     assert_exit(&run, 0);
+    assert!(
+        run.stderr.contains("columns=seq, text"),
+        "`pad` is not read: {}",
+        run.stderr
+    );
     assert_eq!(s.output_lines("out"), reference(), "row for row");
 }
 

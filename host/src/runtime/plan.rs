@@ -269,7 +269,19 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
     if p.errors.is_empty() {
         let requests = projection::scan_requests(&topology, &sources, &stages, &sinks);
         if !requests.is_empty() {
-            stages = p.push_down(engine, &requests, &mut sources, stages, &schemas, &tables);
+            let sink_reads: BTreeMap<String, Option<Vec<String>>> = sinks
+                .iter()
+                .map(|s| {
+                    let reads = s.tasks.first().and_then(|t| t.input_columns());
+                    (s.name.clone(), reads.map(<[String]>::to_vec))
+                })
+                .collect();
+            let narrowed = Narrowing {
+                requests: &requests,
+                full: &schemas,
+                sink_reads: &sink_reads,
+            };
+            stages = p.push_down(engine, &narrowed, &mut sources, stages, &tables);
         }
     }
     let Planner { errors, loaded, .. } = p;
@@ -283,6 +295,14 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         sinks,
         plugins: loaded,
     })
+}
+
+/// What pushdown works from: the requests, the schemas every node had
+/// before, and the columns each sink reads (`None`: all).
+struct Narrowing<'a> {
+    requests: &'a BTreeMap<String, ScanRequest>,
+    full: &'a BTreeMap<String, SchemaRef>,
+    sink_reads: &'a BTreeMap<String, Option<Vec<String>>>,
 }
 
 /// Plan a stateful stage against its input schema(s). The error is
@@ -324,12 +344,16 @@ impl Planner<'_> {
     fn push_down(
         &mut self,
         engine: &PluginEngine,
-        requests: &BTreeMap<String, ScanRequest>,
+        narrowing: &Narrowing<'_>,
         sources: &mut [PlannedSource],
         stages: Vec<PlannedStage>,
-        full: &BTreeMap<String, SchemaRef>,
         tables: &BTreeMap<String, arrow::array::RecordBatch>,
     ) -> Vec<PlannedStage> {
+        let Narrowing {
+            requests,
+            full,
+            sink_reads,
+        } = *narrowing;
         let mut schemas = BTreeMap::new();
         for source in sources.iter() {
             let schema = match requests.get(&source.name).and_then(|r| r.columns.as_ref()) {
@@ -360,12 +384,18 @@ impl Planner<'_> {
                 Some(stage) => &stage.inputs,
                 None => &sink.inputs,
             };
+            // A sink keeps the input it was opened with: every column it
+            // reads (all, unless it declared some) must still be there,
+            // of the same type.
+            let reads = sink_reads.get(&sink.name).cloned().flatten();
             for input in inputs {
                 if let (Some(before), Some(after)) = (full.get(input), schemas.get(input))
                     && before.fields().iter().any(|f| {
-                        after
-                            .field_with_name(f.name())
-                            .is_ok_and(|g| g.data_type() != f.data_type())
+                        let read = reads.as_ref().is_none_or(|r| r.contains(f.name()));
+                        match after.field_with_name(f.name()) {
+                            Ok(g) => g.data_type() != f.data_type(),
+                            Err(_) => read,
+                        }
                     })
                 {
                     trouble.push(format!(
