@@ -21,6 +21,8 @@ const PLUGINS: &[&str] = &[
     "kafka-sink",
     "test-step",
     "source-v0-3",
+    "test-source",
+    "test-sink",
 ];
 
 fn main() {

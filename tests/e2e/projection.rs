@@ -177,3 +177,121 @@ config = {{ path = "out" }}
     assert_eq!(seq, (0..5000).filter(|i| i % 7 == 0).collect::<Vec<i64>>());
     assert!(rows.iter().all(|r| !r.contains("word")), "{rows:?}");
 }
+
+/// `test-source` answering its projection in `mode`, read for `seq` and
+/// `n` by a SQL stage into a file sink.
+fn misbehaving(s: &Scratch, mode: &str) -> crate::support::Run {
+    let wasm = Path::new(env!("FV_PLUGIN_DIR")).join("test_source.wasm");
+    s.write(
+        "t.toml",
+        &format!(
+            r#"name = "answers"
+[sources.src]
+path = "{wasm}"
+config = {{ rows = 3000, push_down = "{mode}" }}
+
+[stages.even]
+input = "src"
+sql = "SELECT n FROM src WHERE seq % 2 = 0"
+
+[sinks.out]
+input = "even"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#,
+            wasm = wasm.display()
+        ),
+    );
+    s.fvhost(&["run", "t.toml", "--no-progress"])
+}
+
+/// A source that narrows as asked, and one that ignores the request (the
+/// host narrows its batches), give the same rows.
+#[test]
+fn a_source_that_ignores_its_projection_is_narrowed_by_the_host() {
+    for (mode, native) in [("honour", "native=true"), ("ignore", "native=true")] {
+        let s = Scratch::new();
+        let run = misbehaving(&s, mode);
+        assert_exit(&run, 0);
+        assert!(
+            run.stderr.contains("columns=seq, n") && run.stderr.contains(native),
+            "{mode}: {}",
+            run.stderr
+        );
+        let expected: Vec<i64> = (0..3000).filter(|i| i % 2 == 0).map(|i| i * 3).collect();
+        assert_eq!(int_column(&s.output_lines("out"), "n"), expected, "{mode}");
+    }
+}
+
+/// A source that refuses its projection, or answers it with a column
+/// missing or of another type, stops the run before any row moves, and
+/// the message names the source, the plugin and what was wrong.
+#[test]
+fn a_source_that_answers_its_projection_wrongly_is_refused_by_name() {
+    for (mode, says) in [
+        ("refuse", "cannot narrow what it reads"),
+        ("drop", "without the requested column `seq`"),
+        ("retype", "answered a projection with column `seq: Utf8`"),
+    ] {
+        let s = Scratch::new();
+        let run = misbehaving(&s, mode);
+        assert_exit(&run, 2);
+        assert!(
+            run.stderr.contains("sources.src")
+                && run.stderr.contains("test-source")
+                && run.stderr.contains(says),
+            "{mode}: {}",
+            run.stderr
+        );
+        assert!(s.output_lines("out").is_empty(), "{mode}: no row written");
+    }
+}
+
+fn declared_sink(s: &Scratch, reads: &str) -> crate::support::Run {
+    let dir = Path::new(env!("FV_PLUGIN_DIR"));
+    s.write(
+        "t.toml",
+        &format!(
+            r#"name = "declared"
+[sources.src]
+path = "{source}"
+config = {{ rows = 2000 }}
+
+[sinks.out]
+input = "src"
+path = "{sink}"
+config = {{ reads = {reads} }}
+"#,
+            source = dir.join("test_source.wasm").display(),
+            sink = dir.join("test_sink.wasm").display()
+        ),
+    );
+    s.fvhost(&["run", "t.toml", "--no-progress"])
+}
+
+/// A sink is sent exactly the columns it declares, in its order, and the
+/// source reads only those; a sink that declares a column its input does
+/// not have is refused before the run, by name.
+#[test]
+fn a_sink_gets_exactly_the_columns_it_declares() {
+    let s = Scratch::new();
+    let run = declared_sink(&s, r#"["n", "seq"]"#);
+    assert_exit(&run, 0);
+    assert!(
+        run.stderr.contains("columns=seq, n") && run.stderr.contains("2000 rows so far"),
+        "{}",
+        run.stderr
+    );
+    let s = Scratch::new();
+    let run = declared_sink(&s, r#"["n", "missing"]"#);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("sinks.out")
+            && run
+                .stderr
+                .contains("column `missing`, which its input does not have"),
+        "{}",
+        run.stderr
+    );
+}

@@ -427,7 +427,7 @@ impl SourceInstance {
                     return Err(self.sandbox.reported(format!(
                         "was asked for columns [{}], not all of which it has ({})",
                         columns.join(", "),
-                        self.declared
+                        columns_and_types(&self.declared)
                     )));
                 }
                 Arc::new(
@@ -479,7 +479,7 @@ impl SourceInstance {
                      schema's in that order ({})",
                     field.name(),
                     field.data_type(),
-                    self.declared
+                    columns_and_types(&self.declared)
                 )));
             };
             from += at + 1;
@@ -1101,6 +1101,16 @@ impl OpenError {
             OpenError::Plugin(p) => p.to_string(),
         }
     }
+}
+
+/// `seq: Int64, word: Utf8` — a schema as messages show it.
+fn columns_and_types(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn wit_scan(request: &ScanRequest) -> bindings::source::exports::fv::plugin::source::Scan {

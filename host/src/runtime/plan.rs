@@ -420,15 +420,20 @@ impl Planner<'_> {
             let time_column = source
                 .event_time
                 .map(|e| source.schema.field(e.column).name().clone());
+            let mut refused = false;
             for task in &mut source.tasks {
                 match task.push_down(request) {
                     Ok(schema) => source.schema = schema,
                     Err(e) => {
                         self.errors
                             .push(self.topology.source_map.at_key(&key, e.to_string()));
+                        refused = true;
                         break;
                     }
                 }
+            }
+            if refused {
+                continue;
             }
             if let (Some(event_time), Some(name)) = (&mut source.event_time, time_column)
                 && let Ok(i) = source.schema.index_of(&name)
