@@ -16,16 +16,21 @@
 //! A projection ([`Source::push_down`]) narrows what is decoded: CSV and
 //! JSON lines parse only the projected fields (see `decode.rs` for what that
 //! means for bad rows), Parquet reads only the projected column chunks and
-//! skips the row groups whose statistics rule out a filter. Positions are
-//! the same under every projection.
+//! skips the row groups, and (with a page index) the pages inside them,
+//! whose statistics rule out a filter. Positions are the same under every
+//! projection and filter.
 //!
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
 
 mod decode;
 mod lines;
+#[cfg(test)]
+mod page_index_tests;
 mod parquet_file;
+mod parquet_pages;
 mod parquet_prune;
+mod parquet_select;
 mod projection;
 #[cfg(test)]
 mod projection_tests;
@@ -140,7 +145,7 @@ enum Origin {
 pub struct FileSource {
     /// The format, the full and the projected schema.
     codec: Codec,
-    /// Parquet: filters whose row groups' statistics may rule them out.
+    /// Parquet: filters that row-group and page statistics may rule out.
     filters: Vec<Filter>,
     /// Splits drained since the host last asked (they stop holding the
     /// watermark back).

@@ -3,7 +3,9 @@
 //! cut at). A file larger than `split_bytes` is several splits, each a run
 //! of consecutive row groups. A cursor reads only the projected columns,
 //! and skips the row groups that the scan's filters rule out by their
-//! statistics (see `parquet_prune.rs`); those count as done.
+//! statistics (see `parquet_prune.rs`) and, when the file has a page index,
+//! the pages inside the groups read that they rule out (see
+//! `parquet_pages.rs`); those rows count as done.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -16,9 +18,14 @@ use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::{ConfigError, Filter};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelectionPolicy,
+};
+use parquet::file::metadata::PageIndexPolicy;
 
-use crate::parquet_prune;
+use crate::parquet_select::{self, Segment};
+use crate::{parquet_pages, parquet_prune};
 
 /// A Parquet file read by path. The reader wants several independent
 /// handles on the file; WASI cannot duplicate one (`try_clone`), so every
@@ -119,7 +126,7 @@ pub fn row_group_ranges(sizes: &[u64], split_bytes: u64) -> Vec<std::ops::Range<
 }
 
 /// What a cursor reads: which columns, and which filters may rule out
-/// whole row groups.
+/// row groups and pages.
 pub struct ReadPlan<'a> {
     /// Indexes of the top-level columns to read; `None`: all.
     pub columns: Option<&'a [usize]>,
@@ -127,20 +134,13 @@ pub struct ReadPlan<'a> {
     pub filters: &'a [Filter],
 }
 
-/// A run of rows the reader yields consecutively: `rows` rows of the
-/// split from row `first` on (a row group, or its rest after a restore).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Segment {
-    first: u64,
-    rows: u64,
-}
-
 /// An open reader positioned at a row.
 ///
-/// A split's position counts its rows, every row group included, whether
-/// or not a filter ruled it out, so a position means the same under any
-/// projection or filter. The reader sees only the groups that are read;
-/// the cursor maps how many rows it yielded back to a position.
+/// A split's position counts its rows, every row group and page included,
+/// whether or not a filter ruled it out, so a position means the same under
+/// any projection or filter. The reader sees only the groups that are read
+/// and yields only the rows of `segments`; the cursor maps how many rows
+/// it yielded back to a position.
 pub struct ParquetCursor {
     /// `None`: no rows are left to read.
     reader: Option<ParquetRecordBatchReader>,
@@ -161,13 +161,21 @@ impl ParquetCursor {
         plan: &ReadPlan<'_>,
     ) -> Result<Self, String> {
         let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        // The page index only serves filters; a file without one reads as
+        // if it were not asked for.
+        let pages = if plan.filters.is_empty() {
+            PageIndexPolicy::Skip
+        } else {
+            PageIndexPolicy::Optional
+        };
+        let options = ArrowReaderOptions::new().with_page_index_policy(pages);
+        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)
             .map_err(|e| format!("`{path}` is not a readable Parquet file: {e}"))?;
         let metadata = std::sync::Arc::clone(builder.metadata());
         let groups = row_groups.unwrap_or(0..metadata.num_row_groups());
         let mut kept = Vec::new();
+        let mut kept_rows = Vec::new();
         let mut segments = Vec::new();
-        let mut skip_in_first = 0u64;
         let mut first = 0u64;
         for index in groups {
             let group = metadata
@@ -177,20 +185,23 @@ impl ParquetCursor {
             let rows = u64::try_from(group.num_rows()).unwrap_or(0);
             let end = first.saturating_add(rows);
             // Groups wholly before the position are done; so are those the
-            // filters rule out (no row of theirs would be kept).
+            // filters rule out (no row of theirs would be kept), and the
+            // pages they rule out in the others.
             if end > rows_done
                 && rows > 0
                 && !parquet_prune::rules_out(group, builder.schema(), plan.filters)
             {
-                let from = first.max(rows_done);
-                if segments.is_empty() {
-                    skip_in_first = from - first;
+                let ruled_out: Vec<_> =
+                    parquet_pages::ruled_out(&metadata, index, builder.schema(), plan.filters)
+                        .into_iter()
+                        .map(|r| first.saturating_add(r.start)..first.saturating_add(r.end))
+                        .collect();
+                let runs = parquet_select::runs(first..end, rows_done, &ruled_out);
+                if !runs.is_empty() {
+                    kept.push(index);
+                    kept_rows.push(first..end);
+                    segments.extend(runs);
                 }
-                kept.push(index);
-                segments.push(Segment {
-                    first: from,
-                    rows: end - from,
-                });
             }
             first = end;
         }
@@ -203,8 +214,13 @@ impl ParquetCursor {
         }
         let mut builder = builder
             .with_row_groups(kept)
-            .with_offset(usize::try_from(skip_in_first).unwrap_or(usize::MAX))
             .with_batch_size(batch_size.max(1));
+        if let Some(selectors) = parquet_select::selectors(&kept_rows, &segments) {
+            // Runs of selectors skip whole pages; a mask would decode them.
+            builder = builder
+                .with_row_selection(RowSelection::from(selectors))
+                .with_row_selection_policy(RowSelectionPolicy::Selectors);
+        }
         if let Some(columns) = plan.columns {
             let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
             builder = builder.with_projection(mask);
@@ -231,27 +247,15 @@ impl ParquetCursor {
             return Ok(None);
         };
         self.yielded += batch.num_rows() as u64;
-        let position = position_after(&self.segments, self.yielded)
+        let position = parquet_select::position_after(&self.segments, self.yielded)
             .ok_or_else(|| format!("`{path}` yielded more rows than its row groups hold"))?;
         Ok(Some((batch, position)))
     }
 }
 
-/// The split position after the first `yielded` rows of `segments`: just
-/// past the last of them (never past a group that was not read yet).
-fn position_after(segments: &[Segment], mut yielded: u64) -> Option<u64> {
-    for s in segments {
-        if yielded <= s.rows {
-            return Some(s.first + yielded);
-        }
-        yielded -= s.rows;
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Segment, position_after, row_group_ranges};
+    use super::row_group_ranges;
 
     #[test]
     fn row_groups_are_grouped_up_to_the_split_size() {
@@ -262,28 +266,5 @@ mod tests {
             vec![0..2, 2..4, 4..5]
         );
         assert_eq!(row_group_ranges(&[], 10), vec![0..0]);
-    }
-
-    #[test]
-    fn positions_count_the_rows_of_groups_that_were_not_read() {
-        // Groups of 100 rows; the second was ruled out, and reading
-        // resumed at row 50 of the first.
-        let segments = [
-            Segment {
-                first: 50,
-                rows: 50,
-            },
-            Segment {
-                first: 200,
-                rows: 100,
-            },
-        ];
-        assert_eq!(position_after(&segments, 0), Some(50));
-        assert_eq!(position_after(&segments, 30), Some(80));
-        // The end of a group: not past the next one (not read yet).
-        assert_eq!(position_after(&segments, 50), Some(100));
-        assert_eq!(position_after(&segments, 51), Some(201));
-        assert_eq!(position_after(&segments, 150), Some(300));
-        assert_eq!(position_after(&segments, 151), None);
     }
 }

@@ -15,6 +15,9 @@
 //!
 //! Truncated string bounds are still bounds (the minimum is a prefix, the
 //! maximum rounded up), so only `<>` needs exact ones.
+//!
+//! [`bounds_rule_out`] decides on the [`Bounds`] of any run of rows: the
+//! page index (`parquet_pages.rs`) uses it for the pages of a group.
 
 use std::cmp::Ordering;
 
@@ -22,6 +25,26 @@ use fv_plugin_sdk::arrow_schema::{DataType, Schema};
 use fv_plugin_sdk::{Comparison, Filter, Literal};
 use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::statistics::Statistics;
+use parquet::schema::types::SchemaDescriptor;
+
+/// What statistics tell of one column's values in some rows (a row
+/// group's, or a page's; see `parquet_pages.rs`).
+#[derive(Debug, Clone, Copy)]
+pub enum Bounds<'a> {
+    /// Every value is null.
+    AllNull,
+    /// INT64 values in `[min, max]` (`exact`: both bounds are values).
+    Int64 { min: i64, max: i64, exact: bool },
+    /// BYTE_ARRAY values in `[min, max]` in unsigned byte-wise order (the
+    /// type-defined order of UTF-8 strings).
+    Bytes {
+        min: &'a [u8],
+        max: &'a [u8],
+        exact: bool,
+    },
+    /// DOUBLE values other than NaN in `[min, max]`.
+    Double { min: f64, max: f64 },
+}
 
 /// Whether the statistics of `group` prove that none of its rows satisfies
 /// all of `filters` (`schema`: the file's full Arrow schema).
@@ -29,58 +52,69 @@ pub fn rules_out(group: &RowGroupMetaData, schema: &Schema, filters: &[Filter]) 
     filters.iter().any(|f| filter_rules_out(group, schema, f))
 }
 
+/// The leaf column of the top-level primitive field `name`: its path is
+/// its name.
+pub fn leaf_column(schema: &SchemaDescriptor, name: &str) -> Option<usize> {
+    schema
+        .columns()
+        .iter()
+        .position(|c| matches!(c.path().parts(), [only] if only == name))
+}
+
 fn filter_rules_out(group: &RowGroupMetaData, schema: &Schema, filter: &Filter) -> bool {
     let Ok(field) = schema.field_with_name(&filter.column) else {
         return false;
     };
-    // The leaf column of a top-level primitive field: its path is its name.
-    let Some(leaf) = group
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == std::slice::from_ref(&filter.column))
-    else {
+    let Some(leaf) = leaf_column(group.schema_descr(), &filter.column) else {
         return false;
     };
     let Some(stats) = group.column(leaf).statistics() else {
         return false;
     };
     let rows = u64::try_from(group.num_rows()).unwrap_or(0);
-    if rows > 0 && stats.null_count_opt() == Some(rows) {
-        // Null compares to nothing: no row satisfies the filter.
-        return true;
-    }
     let exact = stats.min_is_exact() && stats.max_is_exact();
-    match (field.data_type(), &filter.value, stats) {
-        (DataType::Int64, Literal::Int(v), Statistics::Int64(s)) => {
-            match (s.min_opt(), s.max_opt()) {
-                (Some(lo), Some(hi)) => outside(filter.op, lo.cmp(v), hi.cmp(v), exact),
-                _ => false,
-            }
+    let bounds = if rows > 0 && stats.null_count_opt() == Some(rows) {
+        Some(Bounds::AllNull)
+    } else {
+        match stats {
+            Statistics::Int64(s) => s.min_opt().zip(s.max_opt()).map(|(lo, hi)| Bounds::Int64 {
+                min: *lo,
+                max: *hi,
+                exact,
+            }),
+            Statistics::ByteArray(_) if !stats.is_min_max_deprecated() => stats
+                .min_bytes_opt()
+                .zip(stats.max_bytes_opt())
+                .map(|(min, max)| Bounds::Bytes { min, max, exact }),
+            Statistics::Double(s) => s
+                .min_opt()
+                .zip(s.max_opt())
+                .map(|(lo, hi)| Bounds::Double { min: *lo, max: *hi }),
+            _ => None,
         }
-        (DataType::Utf8, Literal::Text(v), Statistics::ByteArray(_))
-            if !stats.is_min_max_deprecated() =>
-        {
-            match (stats.min_bytes_opt(), stats.max_bytes_opt()) {
-                (Some(lo), Some(hi)) => {
-                    let v = v.as_bytes();
-                    outside(filter.op, lo.cmp(v), hi.cmp(v), exact)
-                }
-                _ => false,
-            }
+    };
+    bounds.is_some_and(|b| bounds_rule_out(field.data_type(), filter, &b))
+}
+
+/// Whether no value within `bounds`, of a column of Arrow type
+/// `data_type`, satisfies `filter` (null compares to nothing).
+pub fn bounds_rule_out(data_type: &DataType, filter: &Filter, bounds: &Bounds<'_>) -> bool {
+    match (data_type, &filter.value, *bounds) {
+        (_, _, Bounds::AllNull) => true,
+        (DataType::Int64, Literal::Int(v), Bounds::Int64 { min, max, exact }) => {
+            outside(filter.op, min.cmp(v), max.cmp(v), exact)
         }
-        (DataType::Float64, Literal::Float(v), Statistics::Double(s))
-            if filter.op == Comparison::Eq && !v.is_nan() =>
+        (DataType::Utf8, Literal::Text(v), Bounds::Bytes { min, max, exact }) => {
+            let v = v.as_bytes();
+            outside(filter.op, min.cmp(v), max.cmp(v), exact)
+        }
+        (DataType::Float64, Literal::Float(v), Bounds::Double { min, max })
+            if filter.op == Comparison::Eq && !v.is_nan() && !min.is_nan() && !max.is_nan() =>
         {
-            match (s.min_opt(), s.max_opt()) {
-                (Some(lo), Some(hi)) if !lo.is_nan() && !hi.is_nan() => {
-                    // Numeric (IEEE) order, where -0 = +0: a writer may
-                    // have recorded either zero as a bound.
-                    let (lo, hi) = (lo.partial_cmp(v), hi.partial_cmp(v));
-                    lo == Some(Ordering::Greater) || hi == Some(Ordering::Less)
-                }
-                _ => false,
-            }
+            // Numeric (IEEE) order, where -0 = +0: a writer may have
+            // recorded either zero as a bound.
+            let (lo, hi) = (min.partial_cmp(v), max.partial_cmp(v));
+            lo == Some(Ordering::Greater) || hi == Some(Ordering::Less)
         }
         _ => false,
     }

@@ -13,7 +13,7 @@ use fv_plugin_sdk::{Comparison, Filter, Literal, Poll, Scan, Source, SplitPositi
 
 use super::{Config, FileSource};
 
-type Polled = Vec<(RecordBatch, Vec<SplitPosition>)>;
+pub(crate) type Polled = Vec<(RecordBatch, Vec<SplitPosition>)>;
 
 /// Rows of `id,name,price,ok`; a blank line and CRLF line ends among them
 /// send some batches down the row-by-row path.
@@ -63,13 +63,29 @@ fn file(suffix: &str, text: &str) -> tempfile::NamedTempFile {
     f
 }
 
-/// `rows` rows of `seq: int64, name: utf8, price: float64` in row groups
-/// of 100 rows (`seq` = row number, so each group's min/max is known).
-fn parquet_file(rows: i64) -> tempfile::NamedTempFile {
+/// `batch` written as a Parquet temp file with `props`.
+pub(crate) fn parquet_with(
+    batch: &RecordBatch,
+    props: parquet::file::properties::WriterProperties,
+) -> tempfile::NamedTempFile {
     let f = tempfile::Builder::new()
         .suffix(".parquet")
         .tempfile()
         .expect("temp file");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        f.reopen().expect("reopen"),
+        batch.schema(),
+        Some(props),
+    )
+    .expect("writer");
+    writer.write(batch).expect("write");
+    writer.close().expect("close");
+    f
+}
+
+/// `rows` rows of `seq: int64, name: utf8, price: float64` in row groups
+/// of 100 rows (`seq` = row number, so each group's min/max is known).
+fn parquet_file(rows: i64) -> tempfile::NamedTempFile {
     let schema = Arc::new(Schema::new(vec![
         Field::new("seq", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -78,12 +94,6 @@ fn parquet_file(rows: i64) -> tempfile::NamedTempFile {
     let props = parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(100))
         .build();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(
-        f.reopen().expect("reopen"),
-        Arc::clone(&schema),
-        Some(props),
-    )
-    .expect("writer");
     let batch = RecordBatch::try_new(
         schema,
         vec![
@@ -96,13 +106,11 @@ fn parquet_file(rows: i64) -> tempfile::NamedTempFile {
         ],
     )
     .expect("batch");
-    writer.write(&batch).expect("write");
-    writer.close().expect("close");
-    f
+    parquet_with(&batch, props)
 }
 
 /// Task 0 of 1 over `path`, with `extra` config keys.
-fn open(path: &str, extra: serde_json::Value) -> FileSource {
+pub(crate) fn open(path: &str, extra: serde_json::Value) -> FileSource {
     let mut config = serde_json::json!({ "path": path });
     if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
         c.extend(e.clone());
@@ -125,7 +133,7 @@ fn columns(names: &[&str]) -> Scan {
 }
 
 /// Every batch up to the end (at most `polls` polls when given).
-fn drain(source: &mut FileSource, max_rows: usize, polls: Option<usize>) -> Polled {
+pub(crate) fn drain(source: &mut FileSource, max_rows: usize, polls: Option<usize>) -> Polled {
     let mut out = Vec::new();
     let mut n = 0;
     while polls.is_none_or(|p| n < p) {
@@ -282,7 +290,7 @@ fn positions_restore_across_projections() {
 
 /// Without empty batches: a split restored at its very end says so with
 /// one, where the run that read it had moved on.
-fn nonempty(polled: Polled) -> Polled {
+pub(crate) fn nonempty(polled: Polled) -> Polled {
     polled
         .into_iter()
         .filter(|(b, _)| b.num_rows() > 0)
@@ -290,7 +298,7 @@ fn nonempty(polled: Polled) -> Polled {
 }
 
 /// The newest position of each split in `polled` (what a checkpoint keeps).
-fn latest(polled: &Polled) -> Vec<SplitPosition> {
+pub(crate) fn latest(polled: &Polled) -> Vec<SplitPosition> {
     let mut newest = std::collections::BTreeMap::new();
     for p in polled.iter().flat_map(|(_, p)| p) {
         newest.insert(p.split.clone(), p.position.clone());
@@ -364,7 +372,7 @@ fn bad_values_in_unread_columns_do_not_reject_rows() {
     assert_eq!(ids(Some(columns(&["id"]))), Some(vec![1, 2]));
 }
 
-fn filter(column: &str, op: Comparison, value: Literal) -> Filter {
+pub(crate) fn filter(column: &str, op: Comparison, value: Literal) -> Filter {
     Filter {
         column: column.into(),
         op,

@@ -195,28 +195,16 @@ fn parquet_file(rows: i64) -> tempfile::NamedTempFile {
     use fv_plugin_sdk::arrow_array::RecordBatch;
     use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
-    let f = tempfile::Builder::new()
-        .suffix(".parquet")
-        .tempfile()
-        .expect("temp file");
     let schema = Arc::new(Schema::new(vec![Field::new("seq", DataType::Int64, false)]));
     let props = parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(100))
         .build();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(
-        f.reopen().expect("reopen"),
-        Arc::clone(&schema),
-        Some(props),
-    )
-    .expect("writer");
     let batch = RecordBatch::try_new(
         schema,
         vec![Arc::new(Int64Array::from_iter_values(0..rows))],
     )
     .expect("batch");
-    writer.write(&batch).expect("write");
-    writer.close().expect("close");
-    f
+    crate::projection_tests::parquet_with(&batch, props)
 }
 
 #[test]
