@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use fvhost::epoch::EpochStore;
+use fvhost::epoch::{EpochStore, StateLock};
 use fvhost::plugin::PluginEngine;
 use fvhost::runtime::status::{self, Heartbeat, RunState};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
@@ -320,6 +320,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&plan.topology.name));
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+            // One run per state, taken before anything (`--from-scratch`
+            // included) touches it; held until this process ends.
+            let _lock = match StateLock::acquire(&state_dir) {
+                Ok(lock) => lock,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_RUNTIME));
+                }
+            };
             let location = epoch_store.unwrap_or_else(|| state_dir.display().to_string());
             let store = EpochStore::open(&location)?;
             if from_scratch {

@@ -227,3 +227,70 @@ fn sources_hear_of_each_committed_epoch_after_its_manifest_with_its_positions() 
         "the last notification is of the newest manifest: {manifests:?}"
     );
 }
+
+/// One run per state directory: a second `fvhost run` on a state that a
+/// run holds is refused at once, naming the holder's pid, and touches
+/// nothing (not even with `--from-scratch`); a holder killed with SIGKILL
+/// leaves no stale lock, and the next run resumes.
+#[cfg(unix)]
+#[test]
+fn a_second_run_on_a_held_state_is_refused_with_the_holders_pid() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        r#"name = "held"
+[checkpoint]
+interval = "100ms"
+[sources.n]
+plugin = "generator"
+config = { kind = "sequence", events = 30000, rate = 10000 }
+[sinks.out]
+input = "n"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out" }
+"#,
+    );
+    let mut first = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+    let lock = s.path().join(".fvhost/held/LOCK");
+    let pid = first.id().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&lock).ok().as_deref() != Some(pid.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let it commit something the second run could damage.
+    std::thread::sleep(Duration::from_millis(500));
+    for extra in [&[][..], &["--from-scratch"][..]] {
+        let mut args = vec!["run", "t.toml", "--no-progress"];
+        args.extend(extra);
+        let second = s.fvhost(&args);
+        assert_exit(&second, 1);
+        assert!(
+            second
+                .stderr
+                .contains(&format!("in use by another fvhost run (pid {pid})")),
+            "{}",
+            second.stderr
+        );
+    }
+    first.kill().expect("SIGKILL");
+    let _ = first.wait();
+    let committed = int_column(&s.output_lines("out"), "seq");
+    assert!(!committed.is_empty(), "the first run committed rows");
+    let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    assert_eq!(
+        int_column(&s.output_lines("out"), "seq"),
+        (0..30000).collect::<Vec<i64>>(),
+        "the refused runs touched nothing: every row once"
+    );
+}

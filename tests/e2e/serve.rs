@@ -653,3 +653,33 @@ plugin = "blackhole-sink"
         "no lag for a stopped source: {metrics}"
     );
 }
+
+/// A hosted topology holds its state directory: a `fvhost run` pointed at
+/// it is refused with the server's pid while the topology runs.
+#[test]
+fn a_hosted_topologys_state_is_locked_against_other_runs() {
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let (status, body) = server.post("/topologies", &sequence("owned", 1_000_000, 2_000), None);
+    assert_eq!(status, 201, "{body}");
+    server.wait_until(|| server.state("owned") == "RUNNING", "running");
+    s.write("t.toml", &sequence("owned", 10, 0));
+    let run = s.fvhost(&[
+        "run",
+        "t.toml",
+        "--no-progress",
+        "--state-dir",
+        "data/topologies/owned/state",
+    ]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stderr.contains(&format!(
+            "in use by another fvhost run (pid {})",
+            server.child.id()
+        )),
+        "{}",
+        run.stderr
+    );
+    let (status, _) = server.post("/topologies/owned/stop", "", None);
+    assert_eq!(status, 200);
+}

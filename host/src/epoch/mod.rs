@@ -14,12 +14,14 @@
 
 mod coordinator;
 mod crash;
+mod lock;
 mod manifest;
 pub mod restore;
 mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, SinkCommand, SourceCommand};
 pub use crash::crash_point;
+pub use lock::{LockError, StateLock};
 pub use manifest::{Manifest, SplitPositionRecord, StageState};
 pub use restore::{Restored, newest_restorable};
 pub use store::{EpochError, EpochStore};

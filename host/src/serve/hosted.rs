@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::epoch::EpochStore;
+use crate::epoch::{EpochStore, StateLock};
 use crate::plugin::PluginEngine;
 use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
 use crate::runtime::{self, RunControl, StageMetrics};
@@ -396,6 +396,9 @@ fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), Ser
     let state_dir = entry.dir.join("state");
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| ServeError::Io(format!("creating {}: {e}", state_dir.display())))?;
+    // One run per state: a start racing a stop that has not finished yet
+    // is refused rather than let two runs write one checkpoint history.
+    let lock = StateLock::acquire(&state_dir).map_err(|e| ServeError::Conflict(e.to_string()))?;
     let store = EpochStore::open(&state_dir.display().to_string())
         .map_err(|e| ServeError::Io(e.to_string()))?;
     std::fs::write(entry.dir.join(DESIRED_FILE), "running")
@@ -406,6 +409,7 @@ fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), Ser
     let thread = std::thread::Builder::new()
         .name(format!("fv-topology-{name}"))
         .spawn(move || {
+            let _lock = lock;
             let heartbeat = Heartbeat::start(
                 &state_dir,
                 &topology,
