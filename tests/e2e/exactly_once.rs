@@ -54,7 +54,13 @@ fn runs_killed_with_sigkill_at_random_moments_commit_every_row_exactly_once() {
     // Slow enough (12 s of input) that all 20 kills land mid-stream.
     s.write("t.toml", &TOPOLOGY.replace("rate = 10000", "rate = 2500"));
     let mut kills = 0;
+    // Runs that started from a checkpoint (rows were committed before
+    // them): the harness proves nothing unless some did.
+    let mut resumed = 0;
     while kills < 20 {
+        if !s.output_lines("out").is_empty() {
+            resumed += 1;
+        }
         let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
         // Anywhere from before the first checkpoint to several epochs in.
         std::thread::sleep(Duration::from_millis(50 + next_random(&mut state) % 700));
@@ -75,6 +81,11 @@ fn runs_killed_with_sigkill_at_random_moments_commit_every_row_exactly_once() {
     }
     let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
     assert_exit(&last, 0);
+    assert!(
+        resumed >= 3 && last.stderr.contains("resumed after epoch"),
+        "only {resumed} killed runs started from a checkpoint (seed {seed}): {}",
+        last.stderr
+    );
     assert!(
         manifests(&s).len() <= 3,
         "old manifests are collected: {:?}",
