@@ -412,31 +412,36 @@ impl SourceInstance {
         matches!(self.world, SourceWorld::Current(_))
     }
 
+    /// The schema batches will have once `request` is pushed down: the
+    /// declared fields it names, in schema order. Computing it has no
+    /// effect on the plugin (the planner re-plans on it first).
+    pub fn scan_schema(&self, request: &ScanRequest) -> Result<SchemaRef, PluginError> {
+        let Some(columns) = &request.columns else {
+            return Ok(Arc::clone(&self.declared));
+        };
+        let indices: Vec<usize> = (0..self.declared.fields().len())
+            .filter(|i| columns.contains(self.declared.field(*i).name()))
+            .collect();
+        if indices.len() != columns.len() {
+            return Err(self.sandbox.reported(format!(
+                "was asked for columns [{}], not all of which it has ({})",
+                columns.join(", "),
+                columns_and_types(&self.declared)
+            )));
+        }
+        let projected = self
+            .declared
+            .project(&indices)
+            .map_err(|e| self.sandbox.reported(e))?;
+        Ok(Arc::new(projected))
+    }
+
     /// Tell the plugin what the topology reads of it (once, before
     /// `restore`); from then on batches hold exactly the requested columns
     /// in schema order. A plugin built for 0.3, or one that answers with
     /// more columns than asked, is projected by the host after each poll.
     pub fn push_down(&mut self, request: &ScanRequest) -> Result<SchemaRef, PluginError> {
-        let wanted = match &request.columns {
-            None => Arc::clone(&self.declared),
-            Some(columns) => {
-                let indices: Vec<usize> = (0..self.declared.fields().len())
-                    .filter(|i| columns.contains(self.declared.field(*i).name()))
-                    .collect();
-                if indices.len() != columns.len() {
-                    return Err(self.sandbox.reported(format!(
-                        "was asked for columns [{}], not all of which it has ({})",
-                        columns.join(", "),
-                        columns_and_types(&self.declared)
-                    )));
-                }
-                Arc::new(
-                    self.declared
-                        .project(&indices)
-                        .map_err(|e| self.sandbox.reported(e))?,
-                )
-            }
-        };
+        let wanted = self.scan_schema(request)?;
         if let SourceWorld::Current(world) = &self.world {
             let scan = wit_scan(request);
             let (source, resource) = (world.fv_plugin_source().source(), self.resource);

@@ -356,17 +356,12 @@ impl Planner<'_> {
         } = *narrowing;
         let mut schemas = BTreeMap::new();
         for source in sources.iter() {
-            let schema = match requests.get(&source.name).and_then(|r| r.columns.as_ref()) {
-                Some(columns) => {
-                    let indices: Vec<usize> = (0..source.schema.fields().len())
-                        .filter(|i| columns.contains(source.schema.field(*i).name()))
-                        .collect();
-                    match source.schema.project(&indices) {
-                        Ok(s) => Arc::new(s),
-                        Err(_) => return stages,
-                    }
-                }
-                None => Arc::clone(&source.schema),
+            let projected = match (requests.get(&source.name), source.tasks.first()) {
+                (Some(request), Some(task)) => task.scan_schema(request),
+                _ => Ok(Arc::clone(&source.schema)),
+            };
+            let Ok(schema) = projected else {
+                return stages;
             };
             schemas.insert(source.name.clone(), schema);
         }
