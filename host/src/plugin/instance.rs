@@ -277,6 +277,22 @@ macro_rules! on_world {
     };
 }
 
+/// Link `$pre` with the bindings of the contract the plugin was built for
+/// (0.3, or the current one) and wrap what `$then` makes of the linked
+/// component in that variant of `$kind`.
+macro_rules! by_contract {
+    ($plugin:expr, $sandbox:ident, $pre:expr, $kind:ident, $old:ty, $new:ty,
+     |$linked:ident| $then:expr) => {
+        if $plugin.metadata.contract.minor == 3 {
+            let $linked = <$old>::new($pre).map_err(|e| $sandbox.instantiate_error(e))?;
+            $kind::V0_3($then)
+        } else {
+            let $linked = <$new>::new($pre).map_err(|e| $sandbox.instantiate_error(e))?;
+            $kind::Current($then)
+        }
+    };
+}
+
 macro_rules! with_source {
     ($world:expr, |$s:ident| $body:expr) => {
         on_world!($world, SourceWorld, fv_plugin_source, source, |$s| $body)
@@ -366,21 +382,17 @@ impl SourceInstance {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
         sandbox.arm();
-        let world = if plugin.metadata.contract.minor == 3 {
-            let pre = bindings::v0_3::source::SourcePluginPre::new(pre)
-                .map_err(|e| sandbox.instantiate_error(e))?;
-            SourceWorld::V0_3(
-                pre.instantiate(&mut sandbox.store)
-                    .map_err(|e| sandbox.classify(e))?,
-            )
-        } else {
-            let pre = bindings::source::SourcePluginPre::new(pre)
-                .map_err(|e| sandbox.instantiate_error(e))?;
-            SourceWorld::Current(
-                pre.instantiate(&mut sandbox.store)
-                    .map_err(|e| sandbox.classify(e))?,
-            )
-        };
+        let world = by_contract!(
+            plugin,
+            sandbox,
+            pre,
+            SourceWorld,
+            bindings::v0_3::source::SourcePluginPre<HostState>,
+            bindings::source::SourcePluginPre<HostState>,
+            |linked| linked
+                .instantiate(&mut sandbox.store)
+                .map_err(|e| sandbox.classify(e))?
+        );
         sandbox.arm();
         let resource = with_source!(&world, |s| s
             .call_open(&mut sandbox.store, config, &identity.wit())
@@ -667,21 +679,17 @@ impl SinkInstance {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
         sandbox.arm();
-        let world = if plugin.metadata.contract.minor == 3 {
-            let pre = bindings::v0_3::sink::SinkPluginPre::new(pre)
-                .map_err(|e| sandbox.instantiate_error(e))?;
-            SinkWorld::V0_3(
-                pre.instantiate(&mut sandbox.store)
-                    .map_err(|e| sandbox.classify(e))?,
-            )
-        } else {
-            let pre = bindings::sink::SinkPluginPre::new(pre)
-                .map_err(|e| sandbox.instantiate_error(e))?;
-            SinkWorld::Current(
-                pre.instantiate(&mut sandbox.store)
-                    .map_err(|e| sandbox.classify(e))?,
-            )
-        };
+        let world = by_contract!(
+            plugin,
+            sandbox,
+            pre,
+            SinkWorld,
+            bindings::v0_3::sink::SinkPluginPre<HostState>,
+            bindings::sink::SinkPluginPre<HostState>,
+            |linked| linked
+                .instantiate(&mut sandbox.store)
+                .map_err(|e| sandbox.classify(e))?
+        );
         let schema = ipc::encode_schema(input).map_err(|e| sandbox.reported(e))?;
         sandbox.arm();
         let resource = with_sink!(&world, |s| s
@@ -838,17 +846,15 @@ impl StepInstance {
     ) -> Result<Self, OpenError> {
         let mut sandbox = Sandbox::new(engine, plugin, policy, identity)?;
         let pre = sandbox.instance_pre(engine)?;
-        let pre = if plugin.metadata.contract.minor == 3 {
-            StepPre::V0_3(
-                bindings::v0_3::step::StepPluginPre::new(pre)
-                    .map_err(|e| sandbox.instantiate_error(e))?,
-            )
-        } else {
-            StepPre::Current(
-                bindings::step::StepPluginPre::new(pre)
-                    .map_err(|e| sandbox.instantiate_error(e))?,
-            )
-        };
+        let pre = by_contract!(
+            plugin,
+            sandbox,
+            pre,
+            StepPre,
+            bindings::v0_3::step::StepPluginPre<HostState>,
+            bindings::step::StepPluginPre<HostState>,
+            |linked| linked
+        );
         let (world, resource) = Self::start(&mut sandbox, &pre, config, &input)?;
         let mut step = StepInstance {
             sandbox,
