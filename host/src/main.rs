@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use fvhost::epoch::{EpochStore, StateLock};
+use fvhost::epoch::{EpochLease, EpochStore, StateLock};
 use fvhost::plugin::PluginEngine;
 use fvhost::runtime::status::{self, Heartbeat, RunState};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
@@ -72,9 +72,15 @@ enum Command {
         /// endpoints come from the usual variables (AWS_ACCESS_KEY_ID,
         /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT, AWS_ALLOW_HTTP,
         /// GOOGLE_SERVICE_ACCOUNT, AZURE_STORAGE_ACCOUNT_NAME, …). The status
-        /// record stays in the state directory.
+        /// record stays in the state directory. One run per store: the run
+        /// holds a lease object (`LEASE`) there, renewed in the background.
         #[arg(long, env = "FVHOST_EPOCH_STORE", value_name = "URL")]
         epoch_store: Option<String>,
+        /// How long an object-store lease stays valid without a renewal:
+        /// after a run is killed, the next one waits this long to take the
+        /// store over. Clocks of the machines must agree well within it.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_lease_ttl)]
+        lease_ttl: Duration,
         #[command(flatten)]
         plugins: PluginResolution,
     },
@@ -309,6 +315,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             no_progress,
             from_scratch,
             epoch_store,
+            lease_ttl,
             plugins,
         } => {
             let engine = engine(cli.cache_dir)?;
@@ -331,6 +338,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let location = epoch_store.unwrap_or_else(|| state_dir.display().to_string());
             let store = EpochStore::open(&location)?;
+            // One run per epoch store too, when it is not the state
+            // directory: a lock for a local one, a lease in an object store.
+            let (_store_lock, _lease) = match hold_store(&store, &state_dir, lease_ttl) {
+                Ok(held) => held,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return Ok(ExitCode::from(EXIT_RUNTIME));
+                }
+            };
             if from_scratch {
                 store.clear()?;
             }
@@ -363,10 +379,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e @ runtime::RunError::Restore { .. }) => {
+                Err(e @ runtime::RunError::Incompatible { .. }) => {
                     // Nothing ran: the checkpoint does not fit this topology.
                     eprintln!("error: {e}");
                     Ok(ExitCode::from(EXIT_CONFIG))
+                }
+                Err(e @ runtime::RunError::Restore { .. }) => {
+                    // Nothing ran, but the configuration is fine: the
+                    // checkpoint could not be restored (or committed).
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_RUNTIME))
                 }
                 Err(e) => {
                     eprintln!("{}", progress::summary(&metrics, std::time::Duration::ZERO));
@@ -543,4 +565,40 @@ fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {
         }
     })
     .context("installing the Ctrl-C handler")
+}
+
+/// Parse `--lease-ttl` (`30s`, `2m`, `500ms`; at least one second).
+fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = fvhost::topology::parse_duration(text)?;
+    if ttl < Duration::from_secs(1) {
+        return Err("must be at least 1s (renewals go out every third of it)".into());
+    }
+    Ok(ttl)
+}
+
+/// Hold `store` for this run: a local store other than the state
+/// directory is locked like it, an object store is leased.
+fn hold_store(
+    store: &EpochStore,
+    state_dir: &std::path::Path,
+    ttl: Duration,
+) -> Result<(Option<StateLock>, Option<EpochLease>), String> {
+    match store.local_dir() {
+        Some(dir) => {
+            let same = |a: &std::path::Path, b: &std::path::Path| {
+                a.canonicalize()
+                    .ok()
+                    .is_some_and(|a| b.canonicalize().ok() == Some(a))
+            };
+            if same(dir, state_dir) {
+                return Ok((None, None));
+            }
+            let lock = StateLock::acquire(dir).map_err(|e| e.to_string())?;
+            Ok((Some(lock), None))
+        }
+        None => {
+            let lease = EpochLease::acquire(store, ttl).map_err(|e| e.to_string())?;
+            Ok((None, Some(lease)))
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! resumes from its newest manifest, and the committed output holds every
 //! row exactly once.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::support::{Scratch, assert_exit, crash_seed, int_column, next_random};
@@ -125,22 +126,252 @@ fn a_finished_run_resumes_with_nothing_left_to_do_and_from_scratch_starts_over()
         500,
         "nothing written twice"
     );
-    let fresh = s.fvhost(&["run", "t.toml", "--no-progress", "--from-scratch"]);
-    assert_exit(&fresh, 0);
-    assert!(
-        !fresh.stderr.contains("resumed after epoch"),
-        "{}",
-        fresh.stderr
-    );
-    // Epoch numbers restart, so the new files replace the old ones.
-    assert_eq!(
-        int_column(&s.output_lines("out"), "seq"),
-        (0..500).collect::<Vec<i64>>()
-    );
+    let first = committed(&s, "out");
+    for (round, tag) in [(1, "r2"), (2, "r3")] {
+        let fresh = s.fvhost(&["run", "t.toml", "--no-progress", "--from-scratch"]);
+        assert_exit(&fresh, 0);
+        assert!(
+            !fresh.stderr.contains("resumed after epoch"),
+            "{}",
+            fresh.stderr
+        );
+        // Epoch numbers restart, so the new run writes a new history beside
+        // the old output, says so, and leaves the old files as they were.
+        assert!(
+            fresh
+                .stderr
+                .contains(&format!("writing a new history, `part-out-0-{tag}-*`"))
+                && first
+                    .keys()
+                    .all(|name| fresh.stderr.contains(name.as_str())),
+            "{}",
+            fresh.stderr
+        );
+        for (name, bytes) in &first {
+            assert_eq!(
+                std::fs::read(s.path().join("out").join(name)).ok().as_ref(),
+                Some(bytes),
+                "run {round} from scratch left {name} untouched"
+            );
+        }
+        let histories = histories(&s, "out");
+        assert_eq!(
+            histories.len(),
+            round + 1,
+            "one more history per run from scratch: {histories:?}"
+        );
+        for (history, files) in &histories {
+            assert_eq!(
+                int_column(&lines_of(&s, "out", files), "seq"),
+                (0..500).collect::<Vec<i64>>(),
+                "every row once in history `{history}`"
+            );
+        }
+        assert!(histories.contains_key(tag), "{histories:?}");
+    }
     assert!(
         manifests(&s).len() <= 3,
         "old manifests are collected: {:?}",
         manifests(&s)
+    );
+}
+
+/// Committed output files of `dir` (hidden files are in progress, pending
+/// or claims), by name, with their bytes.
+fn committed(s: &Scratch, dir: &str) -> BTreeMap<String, Vec<u8>> {
+    s.files(dir)
+        .into_iter()
+        .filter(|f| !f.starts_with('.'))
+        .map(|f| {
+            let bytes = std::fs::read(s.path().join(dir).join(&f)).expect("read output");
+            (f, bytes)
+        })
+        .collect()
+}
+
+/// Committed files of `dir` by file-sink history: `""` for the plain names
+/// `{prefix}-{stage}-{task}-{epoch}.{ext}`, `"r2"`, `"r3"`… for
+/// `{prefix}-{stage}-{task}-r{n}-{epoch}.{ext}`.
+fn histories(s: &Scratch, dir: &str) -> BTreeMap<String, Vec<String>> {
+    let mut by_history: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for name in committed(s, dir).into_keys() {
+        let stem = name
+            .rsplit_once('.')
+            .map_or(name.as_str(), |(stem, _)| stem);
+        let (before_epoch, epoch) = stem.rsplit_once('-').expect("an epoch in the name");
+        assert!(
+            epoch.len() == 10 && epoch.bytes().all(|b| b.is_ascii_digit()),
+            "{name}"
+        );
+        let tag = before_epoch
+            .rsplit_once('-')
+            .map(|(_, last)| last)
+            .filter(|last| last.starts_with('r'))
+            .unwrap_or("");
+        by_history.entry(tag.to_string()).or_default().push(name);
+    }
+    by_history
+}
+
+/// Every line of `files` in `dir`.
+fn lines_of(s: &Scratch, dir: &str, files: &[String]) -> Vec<String> {
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(s.path().join(dir).join(f))
+                .expect("read output")
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A run killed with SIGKILL mid-way and resumed goes on writing the
+/// history it started (it does not claim a new one), and that history holds
+/// every row once.
+#[cfg(unix)]
+#[test]
+fn a_run_resumed_after_sigkill_keeps_writing_its_history() {
+    let s = Scratch::new();
+    s.write("t.toml", &single_epoch_topology());
+    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    // 30000 rows at 5000/s: 6 s, checkpoints every 200 ms.
+    s.write("t.toml", &TOPOLOGY.replace("rate = 10000", "rate = 5000"));
+    let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress", "--from-scratch"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !histories(&s, "out").contains_key("r2") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no epoch of the new history committed within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A few more epochs, then die in the middle of one.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().ok().flatten().is_none(),
+        "the run ended before the kill"
+    );
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let killed = histories(&s, "out");
+    let rows = int_column(&lines_of(&s, "out", &killed["r2"]), "seq");
+    assert!(
+        !rows.is_empty() && rows.len() < 30000,
+        "killed mid-way: {} rows",
+        rows.len()
+    );
+
+    let resumed = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&resumed, 0);
+    assert!(
+        resumed.stderr.contains("resumed after epoch")
+            && !resumed.stderr.contains("writing a new history"),
+        "{}",
+        resumed.stderr
+    );
+    let histories = histories(&s, "out");
+    assert_eq!(
+        histories.keys().collect::<Vec<_>>(),
+        ["", "r2"],
+        "the resumed run wrote into its own history only: {histories:?}"
+    );
+    assert!(
+        killed["r2"].iter().all(|f| histories["r2"].contains(f)),
+        "the files committed before the kill stay"
+    );
+    assert_eq!(
+        int_column(&lines_of(&s, "out", &histories["r2"]), "seq"),
+        (0..30000).collect::<Vec<i64>>(),
+        "every row once in the resumed history"
+    );
+    assert_eq!(
+        int_column(&lines_of(&s, "out", &histories[""]), "seq"),
+        (0..500).collect::<Vec<i64>>(),
+        "the first history as it was"
+    );
+    assert!(
+        s.files("out").iter().all(|f| !f.ends_with(".pending")),
+        "the killed run's pending files were aborted: {:?}",
+        s.files("out")
+    );
+}
+
+/// Two topologies (their own state, the same sink name and file prefix)
+/// writing into one directory at the same time: each claims its own
+/// history, so neither overwrites nor mixes with the other's files.
+#[test]
+fn two_topologies_sharing_an_output_directory_never_overwrite_each_other() {
+    let s = Scratch::new();
+    let topology = |name: &str| {
+        TOPOLOGY
+            .replace("name = \"eo\"", &format!("name = \"{name}\""))
+            .replace("events = 30000, rate = 10000", "events = 3000, rate = 3000")
+            .replace("\"200ms\"", "\"100ms\"")
+            .replace(
+                "SELECT seq, seq % 7 AS bucket FROM nums",
+                &format!("SELECT seq, '{name}' AS topology FROM nums"),
+            )
+    };
+    s.write("a.toml", &topology("a"));
+    s.write("b.toml", &topology("b"));
+    let a = s.spawn_fvhost(&["run", "a.toml", "--no-progress"]);
+    let b = s.spawn_fvhost(&["run", "b.toml", "--no-progress"]);
+    for child in [a, b] {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let check = |runs_of_a: usize| {
+        let histories = histories(&s, "out");
+        assert_eq!(
+            histories.len(),
+            1 + runs_of_a,
+            "a history per run: {histories:?}"
+        );
+        let mut owners = Vec::new();
+        for (history, files) in &histories {
+            let lines = lines_of(&s, "out", files);
+            let owner: Vec<String> = lines
+                .iter()
+                .map(|l| {
+                    let row: serde_json::Value = serde_json::from_str(l).expect("a JSON row");
+                    row["topology"].as_str().expect("topology").to_string()
+                })
+                .collect();
+            assert!(
+                owner.windows(2).all(|w| w[0] == w[1]),
+                "history `{history}` holds one topology's rows"
+            );
+            assert_eq!(
+                int_column(&lines, "seq"),
+                (0..3000).collect::<Vec<i64>>(),
+                "every row once in history `{history}`"
+            );
+            owners.push(owner[0].clone());
+        }
+        owners.sort();
+        owners
+    };
+    assert_eq!(check(1), ["a", "b"]);
+    let before = committed(&s, "out");
+    // A run of one of them from scratch adds a third history.
+    assert_exit(
+        &s.fvhost(&["run", "a.toml", "--no-progress", "--from-scratch"]),
+        0,
+    );
+    assert_eq!(check(2), ["a", "a", "b"]);
+    let after = committed(&s, "out");
+    assert!(
+        before
+            .iter()
+            .all(|(name, bytes)| after.get(name) == Some(bytes)),
+        "no committed file changed"
     );
 }
 

@@ -8,8 +8,11 @@ mod support;
 
 mod bad_input;
 mod cli;
+mod contained;
 mod exactly_once;
+mod failure_paths;
 mod file_splits;
+mod guest_output;
 mod kafka;
 mod nexmark;
 mod object_store;

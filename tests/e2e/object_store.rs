@@ -174,3 +174,85 @@ fn an_unreachable_object_store_fails_the_run_with_its_url() {
     assert_ne!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("s3://nowhere/x"), "{}", run.stderr);
 }
+
+/// One run per object-store epoch store: a second run (another state
+/// directory, the same store) is refused at once naming the holder; a
+/// holder paused past its lease's TTL is taken over, and when it wakes it
+/// is fenced: it writes no checkpoint and fails saying why.
+#[cfg(unix)]
+#[test]
+fn an_s3_epoch_store_is_leased_to_one_run_and_a_paused_holder_is_fenced() {
+    let server = S3Server::start();
+    server.create_bucket("fvhost");
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let s = Scratch::new();
+    // The holder reads for ~20 s; the second run is the same topology at
+    // full speed. (Their output is not compared: a paused run's sink is
+    // not fenced, only its checkpoints are.)
+    s.write("a.toml", &windows(2000));
+    s.write("b.toml", &windows(0).replace(", rate = 0", ""));
+    let store = ["--epoch-store", "s3://fvhost/leased"];
+    let run = |topology: &'static str, state: &'static str| {
+        let mut args = vec!["run", topology, "--no-progress", "--state-dir", state];
+        args.extend(store);
+        args
+    };
+    let holder = s.spawn_fvhost_env(
+        &[run("a.toml", "state_a"), vec!["--lease-ttl", "2s"]].concat(),
+        &env,
+    );
+    // Wait until it holds the lease and committed something.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.keys("fvhost", "leased/manifests/").is_empty() {
+        assert!(Instant::now() < deadline, "the holder never checkpointed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(server.keys("fvhost", "leased/LEASE").len() == 1);
+
+    let refused = s.fvhost_env(&run("b.toml", "state_b"), &env);
+    assert_exit(&refused, 1);
+    assert!(
+        refused.stderr.contains(&format!(
+            "is in use by another fvhost run (pid {} on",
+            holder.id()
+        )) && refused.stderr.contains("--epoch-store"),
+        "{}",
+        refused.stderr
+    );
+
+    // Pause the holder past its TTL: the next run takes the store over.
+    let pid = holder.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(3));
+    let taker = s.fvhost_env(&run("b.toml", "state_b"), &env);
+    signal("-CONT");
+    assert_exit(&taker, 0);
+    assert!(
+        taker.stderr.contains("took over the epoch store's lease")
+            && taker.stderr.contains("resumed after epoch"),
+        "{}",
+        taker.stderr
+    );
+    let manifests = server.keys("fvhost", "leased/manifests/");
+    let fenced = holder.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&fenced.stderr);
+    assert_eq!(fenced.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("lost its lease"), "{stderr}");
+    assert_eq!(
+        server.keys("fvhost", "leased/manifests/"),
+        manifests,
+        "the fenced run wrote no manifest after the takeover: {stderr}"
+    );
+    assert!(
+        server.keys("fvhost", "leased/LEASE").is_empty(),
+        "the last holder released the lease"
+    );
+}

@@ -25,11 +25,15 @@ fn csv_orders_example_writes_exactly_the_large_orders_with_vat() {
             "7,Gus,DE,150.0,181.5"
         ]
     );
-    // Committed files only: nothing left in progress or pending.
+    // Committed files and the task's claim on its history only: nothing
+    // left in progress or pending.
     assert!(
         s.files("out")
             .iter()
-            .all(|f| f.starts_with("large-orders-out-0-") && f.ends_with(".csv")),
+            .all(
+                |f| (f.starts_with("large-orders-out-0-") && f.ends_with(".csv"))
+                    || f == ".large-orders-out-0.claim"
+            ),
         "{:?}",
         s.files("out")
     );
@@ -185,7 +189,9 @@ config = { path = "out" }
     );
     assert_exit(&s.fvhost(&["run", "to_parquet.toml", "--no-progress"]), 0);
     assert!(
-        s.files("pq").iter().all(|f| f.ends_with(".parquet")),
+        s.files("pq")
+            .iter()
+            .all(|f| f.ends_with(".parquet") || f == ".part-pq-0.claim"),
         "{:?}",
         s.files("pq")
     );

@@ -120,7 +120,7 @@ fn a_step_that_loops_forever_is_stopped_by_its_cpu_guard() {
     assert_exit(&run, 1);
     assert!(
         run.stderr
-            .contains("plugin `test-step` in step[0]: exceeded its CPU time"),
+            .contains("plugin `test-step` in step[0], in `process`: exceeded its call_timeout"),
         "{}",
         run.stderr
     );
@@ -132,7 +132,7 @@ fn a_step_that_loops_forever_is_stopped_by_its_cpu_guard() {
     assert!(
         record["error"]
             .as_str()
-            .is_some_and(|e| e.contains("exceeded its CPU time")),
+            .is_some_and(|e| e.contains("exceeded its call_timeout")),
         "{record}"
     );
 }
@@ -148,7 +148,7 @@ fn a_step_that_exhausts_its_memory_is_stopped() {
     assert_exit(&run, 1);
     assert!(
         run.stderr
-            .contains("plugin `test-step` in step[0]: exceeded its memory limit"),
+            .contains("plugin `test-step` in step[0], in `process`: exceeded its memory limit"),
         "{}",
         run.stderr
     );

@@ -1,6 +1,9 @@
-//! The sandbox: a plugin reads only what the topology grants.
+//! The sandbox: a plugin reads only what the topology grants, and only
+//! compiled code fvhost can vouch for runs.
 
-use crate::support::{Scratch, assert_exit, test_step_wasm};
+use sha2::{Digest, Sha256};
+
+use crate::support::{Scratch, assert_exit, cache_dir, int_column, test_step_wasm};
 
 fn topology(grant: &str) -> String {
     format!(
@@ -104,4 +107,148 @@ config = {{ path = "out" }}
             "grant {grant}, path {path}"
         );
     }
+}
+
+/// The compile cache holds native code: an artifact runs only when the
+/// digest record beside it names this component, this engine and the
+/// artifact's own bytes. Flipped bytes, or another component's artifact
+/// (with its own record), are recompiled and overwritten, never run.
+#[test]
+fn a_tampered_compile_cache_entry_is_recompiled_and_never_run() {
+    let s = Scratch::new();
+    let cache = s.path().join("cache");
+    std::fs::create_dir_all(&cache).expect("mkdir");
+    // Start from the shared cache's entries: only what is tampered with
+    // here gets compiled again.
+    for entry in std::fs::read_dir(cache_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".cwasm") || name.ends_with(".cwasm.sha256") {
+            let _ = std::fs::copy(entry.path(), cache.join(&name));
+        }
+    }
+    // Open to the group: fvhost closes its cache to everyone else before
+    // using it (a new one it creates mode 0700).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o775)).expect("chmod");
+    }
+    s.write(
+        "t.toml",
+        &format!(
+            r#"
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = 10 }}
+
+[stages.step]
+input = "nums"
+path = "{wasm}"
+config = {{ mode = "slow", value = 0 }}
+
+[sinks.out]
+input = "step"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#,
+            wasm = test_step_wasm().display()
+        ),
+    );
+    let cache_env = cache.display().to_string();
+    let run = || {
+        let _ = std::fs::remove_dir_all(s.path().join("out"));
+        let run = s.fvhost_env(
+            &["run", "t.toml", "--no-progress", "--from-scratch"],
+            &[("FVHOST_CACHE_DIR", &cache_env)],
+        );
+        assert_exit(&run, 0);
+        assert_eq!(
+            int_column(&s.output_lines("out"), "seq"),
+            (0..10).collect::<Vec<i64>>()
+        );
+        run
+    };
+    run();
+    let component = hex::encode(Sha256::digest(
+        std::fs::read(test_step_wasm()).expect("test-step"),
+    ));
+    let entries: Vec<std::path::PathBuf> = std::fs::read_dir(&cache)
+        .expect("cache")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    let artifact = entries
+        .iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&component))
+        })
+        .expect("test-step's artifact")
+        .clone();
+    let record = artifact.with_extension("cwasm.sha256");
+    let original = std::fs::read(&artifact).expect("artifact");
+    assert!(
+        record.exists(),
+        "a digest record beside {}",
+        artifact.display()
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        for (path, mode) in [(&cache, 0o700), (&artifact, 0o600), (&record, 0o600)] {
+            let meta = std::fs::metadata(path).expect("stat");
+            assert_eq!(meta.mode() & 0o777, mode, "{}", path.display());
+        }
+    }
+
+    // Flipped bytes in the middle of the code.
+    let mut tampered = original.clone();
+    let mid = tampered.len() / 2;
+    for b in &mut tampered[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&artifact, &tampered).expect("tamper");
+    let second = run();
+    assert!(
+        second.stderr.contains("not running the cached artifact")
+            && second.stderr.contains("do not match its digest record"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(
+        std::fs::read(&artifact).expect("artifact"),
+        original,
+        "recompiled and overwritten"
+    );
+
+    // Another component's artifact, with that component's own record.
+    let other = entries
+        .iter()
+        .find(|p| **p != artifact && p.with_extension("cwasm.sha256").exists())
+        .expect("another component's artifact, with its record");
+    std::fs::copy(other, &artifact).expect("copy");
+    std::fs::copy(other.with_extension("cwasm.sha256"), &record).expect("copy");
+    let third = run();
+    assert!(
+        third.stderr.contains("not running the cached artifact")
+            && third.stderr.contains("is for another component"),
+        "{}",
+        third.stderr
+    );
+    assert_eq!(std::fs::read(&artifact).expect("artifact"), original);
+
+    // A sound entry is used as it is.
+    let fourth = run();
+    assert!(
+        !fourth.stderr.contains("compiling component")
+            && !fourth.stderr.contains("cached artifact"),
+        "{}",
+        fourth.stderr
+    );
 }

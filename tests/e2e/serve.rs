@@ -13,13 +13,13 @@ use crate::support::{Scratch, assert_exit, int_column};
 const TOKEN: &str = "s3cret-token";
 
 /// A running `fvhost serve` and its address.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     addr: String,
 }
 
 impl Server {
-    fn start(s: &Scratch, token: Option<&str>) -> Server {
+    pub(crate) fn start(s: &Scratch, token: Option<&str>) -> Server {
         let env: Vec<(&str, &str)> = token.map(|t| ("FVHOST_TOKEN", t)).into_iter().collect();
         let mut child = s.spawn_fvhost_env(
             &["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"],
@@ -86,15 +86,15 @@ impl Server {
         (status, body)
     }
 
-    fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         self.request("GET", path, b"", "text/plain", None)
     }
 
-    fn post(&self, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
+    pub(crate) fn post(&self, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
         self.request("POST", path, body.as_bytes(), "application/toml", token)
     }
 
-    fn json(&self, path: &str) -> serde_json::Value {
+    pub(crate) fn json(&self, path: &str) -> serde_json::Value {
         let (status, body) = self.get(path);
         assert_eq!(status, 200, "GET {path}: {body}");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::EpochStore;
-use super::manifest::{Manifest, SplitPositionRecord, StageState};
-use crate::runtime::RunControl;
+use super::manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};
+use crate::runtime::{RunControl, SealError};
 use crate::state::StateObject;
 
 /// What the coordinator asks of a source task.
@@ -60,6 +60,10 @@ pub enum Ack {
         epoch: u64,
         /// The handle from `prepare`.
         handle: Vec<u8>,
+        /// Earlier epochs it prepared and has not committed yet (their
+        /// manifests may be durable with the commit still queued): the
+        /// manifest of `epoch` records them so a restart replays them too.
+        backlog: Vec<(u64, Vec<u8>)>,
     },
     /// A stateful stage task's snapshot of `epoch` is durable.
     State {
@@ -100,6 +104,9 @@ pub struct CoordinatorConfig {
     pub state_tasks: usize,
 }
 
+/// Per sink, per task: what one kind of sink acknowledgement carried.
+type PerSinkTask<T> = BTreeMap<String, BTreeMap<u32, T>>;
+
 #[derive(Default)]
 struct Pending {
     /// When the barrier was injected (the checkpoint's duration runs from here).
@@ -109,7 +116,31 @@ struct Pending {
     state_acks: usize,
     state: BTreeMap<String, StageState>,
     positions: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
-    handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+    handles: PerSinkTask<Vec<u8>>,
+    /// Earlier (epoch, handle)s still awaiting their commit.
+    backlog: PerSinkTask<Vec<(u64, Vec<u8>)>>,
+}
+
+/// Why a checkpoint failed.
+#[derive(Debug, thiserror::Error)]
+enum CheckpointError {
+    /// The epoch did not commit: the run fails and restarts before it.
+    #[error("checkpoint {epoch} failed: {source}")]
+    NotCommitted {
+        /// The epoch.
+        epoch: u64,
+        /// Why.
+        source: super::EpochError,
+    },
+    /// The epoch committed, then the run failed (an injected fault):
+    /// sinks commit it while stopping, or the restart does.
+    #[error("after checkpoint {epoch} committed: {source}")]
+    AfterCommit {
+        /// The epoch.
+        epoch: u64,
+        /// Why.
+        source: super::InjectedFault,
+    },
 }
 
 /// Drives epochs for one run.
@@ -203,10 +234,17 @@ impl Coordinator {
                     task,
                     epoch,
                     handle,
+                    backlog,
                 }) => {
                     if let Some(e) = pending.get_mut(&epoch) {
                         e.sink_acks += 1;
-                        e.handles.entry(name).or_default().insert(task, handle);
+                        e.handles
+                            .entry(name.clone())
+                            .or_default()
+                            .insert(task, handle);
+                        if !backlog.is_empty() {
+                            e.backlog.entry(name).or_default().insert(task, backlog);
+                        }
                     }
                 }
                 Ok(Ack::State {
@@ -245,10 +283,18 @@ impl Coordinator {
                 // Every source task reports all its splits (restored ones
                 // included), so the epoch's acks are its whole position set.
                 let started = e.started.unwrap_or_else(Instant::now);
-                if let Err(err) = self.commit(epoch, started, &e.positions, e.handles, e.state) {
-                    self.control
-                        .fail(format!("checkpoint {epoch} failed: {err}"));
-                    return committed;
+                match self.commit(epoch, started, e) {
+                    Ok(true) => {}
+                    // The run failed first; this epoch stays uncommitted.
+                    Ok(false) => return committed,
+                    Err(err @ CheckpointError::AfterCommit { .. }) => {
+                        self.control.fail(err.to_string());
+                        return Some(epoch);
+                    }
+                    Err(err) => {
+                        self.control.fail(err.to_string());
+                        return committed;
+                    }
                 }
                 committed = Some(epoch);
                 if last_epoch == Some(epoch) {
@@ -258,14 +304,23 @@ impl Coordinator {
         }
     }
 
+    /// Write the manifest of `epoch` (the commit point), then tell sinks
+    /// to commit and sources that it committed. `Ok(false)`: the run
+    /// failed before the manifest was written.
     fn commit(
         &self,
         epoch: u64,
         started: Instant,
-        positions: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
-        handles: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
-        mut state: BTreeMap<String, StageState>,
-    ) -> Result<(), super::EpochError> {
+        pending: Pending,
+    ) -> Result<bool, CheckpointError> {
+        let Pending {
+            positions,
+            handles,
+            backlog,
+            mut state,
+            ..
+        } = pending;
+        let not_committed = |source| CheckpointError::NotCommitted { epoch, source };
         for s in state.values_mut() {
             s.objects.sort_by_key(|o| o.task);
         }
@@ -293,6 +348,25 @@ impl Coordinator {
                 .into_iter()
                 .map(|(s, h)| (s, h.into_iter().map(|(t, b)| (t, hex::encode(b))).collect()))
                 .collect(),
+            sink_backlog: backlog
+                .into_iter()
+                .map(|(s, tasks)| {
+                    let tasks = tasks
+                        .into_iter()
+                        .map(|(t, epochs)| {
+                            let records = epochs
+                                .into_iter()
+                                .map(|(epoch, h)| SinkHandleRecord {
+                                    epoch,
+                                    handle: hex::encode(h),
+                                })
+                                .collect();
+                            (t, records)
+                        })
+                        .collect();
+                    (s, tasks)
+                })
+                .collect(),
             state,
         };
         let state_bytes: u64 = manifest
@@ -301,11 +375,39 @@ impl Coordinator {
             .flat_map(|s| &s.objects)
             .map(|o| o.bytes)
             .sum();
-        let bytes = self.store.write(&manifest)? + state_bytes;
+        super::fault_point("before-sync", epoch).map_err(|e| not_committed(e.into()))?;
+        super::fault_point("before-manifest", epoch).map_err(|e| not_committed(e.into()))?;
+        // The commit point: from here on this epoch commits, now or at the
+        // restart; no path may abort it.
+        let bytes = match self.control.seal(epoch, || self.store.write(&manifest)) {
+            Ok(bytes) => bytes + state_bytes,
+            Err(SealError::RunFailed) => return Ok(false),
+            // Nothing of this run's was written: another run's manifest
+            // or a lost lease refused it.
+            Err(SealError::Write(
+                e @ (super::EpochError::ManifestExists { .. } | super::EpochError::Lease(_)),
+            )) => {
+                self.control.resolve_doubt(epoch);
+                return Err(not_committed(e));
+            }
+            Err(SealError::Write(e)) => {
+                // A put that failed may still have landed: remove it, or
+                // leave the epoch in doubt (sinks keep its prepared data).
+                match self.store.discard_manifest(epoch) {
+                    Ok(()) => self.control.resolve_doubt(epoch),
+                    Err(d) => tracing::warn!(
+                        epoch,
+                        "the manifest write failed and removing it failed too ({d}); the restart decides whether the epoch committed"
+                    ),
+                }
+                return Err(not_committed(e));
+            }
+        };
         let micros = started.elapsed().as_micros() as u64;
         self.control.committed(epoch, micros, bytes);
         tracing::debug!(epoch, micros, "manifest written");
-        super::crash_point("after-manifest", epoch);
+        super::fault_point("after-manifest", epoch)
+            .map_err(|source| CheckpointError::AfterCommit { epoch, source })?;
         // Only now may sinks make the epoch visible, and sources acknowledge
         // it upstream.
         for tx in &self.sinks {
@@ -314,6 +416,17 @@ impl Coordinator {
         for tx in &self.sources {
             let _ = tx.send(SourceCommand::Committed(epoch));
         }
-        self.store.retain(self.config.retain)
+        // Old checkpoints that linger cost space, not correctness: a
+        // failure here is reported and retried at the next epoch.
+        if let Err(e) = super::fault_point("retain", epoch)
+            .map_err(super::EpochError::from)
+            .and_then(|()| self.store.retain(self.config.retain))
+        {
+            tracing::warn!(
+                epoch,
+                "removing old checkpoints failed (retried after the next epoch): {e}"
+            );
+        }
+        Ok(true)
     }
 }

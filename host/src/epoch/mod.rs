@@ -13,15 +13,17 @@
 //! the coordinator tells them to.
 
 mod coordinator;
-mod crash;
+mod fault;
+mod lease;
 mod lock;
 mod manifest;
 pub mod restore;
 mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, SinkCommand, SourceCommand};
-pub use crash::crash_point;
+pub use fault::{InjectedFault, POINTS as FAULT_POINTS, fault_point};
+pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};
-pub use manifest::{Manifest, SplitPositionRecord, StageState};
+pub use manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};
 pub use restore::{Restored, newest_restorable};
 pub use store::{EpochError, EpochStore};

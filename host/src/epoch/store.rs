@@ -7,15 +7,16 @@
 //! - `state/epoch-<N>/<stage>/task-<i>-vnodes-<a>-<b>.arrow` — snapshots.
 //!
 //! A manifest is one `put`, which every object store makes atomic (the
-//! local store writes a temporary file and renames it, then syncs), so it
-//! is either whole or absent: its existence is the commit point. State
-//! objects of an epoch without a manifest are partial and are cleaned.
+//! local store writes a temporary file, syncs it and renames it, then syncs
+//! the directory), so it is either whole or absent: its existence is the
+//! commit point. State objects of an epoch without a manifest are partial
+//! and are cleaned.
 //!
 //! The store owns a small Tokio runtime for the object-store I/O; its
 //! blocking methods must never be called from inside that runtime.
 
-use std::path::{Path as FsPath, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -23,8 +24,11 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{BackoffConfig, RetryConfig};
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
 
+use super::lease::LeaseState;
 use super::manifest::Manifest;
 use crate::state::VnodeRange;
 
@@ -67,6 +71,23 @@ pub enum EpochError {
         /// Why.
         message: String,
     },
+    /// The manifest of an epoch this run was committing already exists:
+    /// another run wrote it.
+    #[error(
+        "the manifest {key} already exists: another run committed epoch {epoch} in this store (two runs on one store?)"
+    )]
+    ManifestExists {
+        /// The epoch.
+        epoch: u64,
+        /// The object.
+        key: String,
+    },
+    /// This run no longer holds the store's lease.
+    #[error(transparent)]
+    Lease(#[from] Box<super::LeaseError>),
+    /// A fault injected by a test (`FVHOST_FAIL_AT`).
+    #[error(transparent)]
+    Injected(#[from] super::InjectedFault),
     /// A filesystem operation on a local store failed.
     #[error("epoch store {path}: {source}")]
     Io {
@@ -141,10 +162,13 @@ pub struct EpochStore {
     store: Arc<dyn ObjectStore>,
     /// Key prefix inside `store` (empty for a local directory).
     root: String,
-    /// The directory, for a local store (synced after a manifest lands).
-    local: Option<PathBuf>,
     location: String,
     runtime: Arc<tokio::runtime::Runtime>,
+    /// The directory, for a local store.
+    local: Option<PathBuf>,
+    /// The lease this run holds on the store, once taken: manifests are
+    /// written only while it is held.
+    lease: Arc<OnceLock<Arc<LeaseState>>>,
 }
 
 impl std::fmt::Debug for EpochStore {
@@ -178,7 +202,8 @@ impl EpochStore {
             None if !is_url => Some(PathBuf::from(location)),
             None => None,
         };
-        let (store, root, local): (Arc<dyn ObjectStore>, String, Option<PathBuf>) = match dir {
+        let local = dir.clone();
+        let (store, root): (Arc<dyn ObjectStore>, String) = match dir {
             Some(dir) => {
                 std::fs::create_dir_all(&dir).map_err(|source| EpochError::Io {
                     path: dir.clone(),
@@ -190,8 +215,12 @@ impl EpochStore {
                 })?;
                 let fs = LocalFileSystem::new_with_prefix(&dir)
                     .map_err(|e| bad(e.to_string()))?
-                    .with_automatic_cleanup(true);
-                (Arc::new(fs), String::new(), Some(dir))
+                    .with_automatic_cleanup(true)
+                    // State objects and manifests must survive a power
+                    // cut once acknowledged: files and the directories
+                    // naming them are synced before a put returns.
+                    .with_fsync(true);
+                (Arc::new(fs), String::new())
             }
             None => {
                 let url = url::Url::parse(location).map_err(|e| bad(e.to_string()))?;
@@ -203,16 +232,101 @@ impl EpochStore {
                 }
                 let store = cloud_store(&url).map_err(|e| bad(e.to_string()))?;
                 let prefix = url.path().trim_matches('/').to_string();
-                (store, prefix, None)
+                (store, prefix)
             }
         };
         Ok(EpochStore {
             store,
             root,
-            local,
             location: location.to_string(),
             runtime: Arc::new(runtime),
+            local,
+            lease: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The directory of a local store (`None` for an object store).
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        self.local.as_deref()
+    }
+
+    /// From now on, write manifests only while `lease` is held.
+    pub(super) fn attach_lease(&self, lease: Arc<LeaseState>) {
+        let _ = self.lease.set(lease);
+    }
+
+    /// Create `key` unless it exists: its version, or `None` if it exists.
+    pub(super) fn create_if_absent(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> Result<Option<UpdateVersion>, EpochError> {
+        let path = self.path(key);
+        let put = self.store.put_opts(
+            &path,
+            PutPayload::from(bytes),
+            PutOptions::from(PutMode::Create),
+        );
+        match self.runtime.block_on(put) {
+            Ok(r) => Ok(Some(UpdateVersion {
+                e_tag: r.e_tag,
+                version: r.version,
+            })),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
+            Err(e) => Err(self.err("creating", key, e)),
+        }
+    }
+
+    /// Read `key` with its version (`None` if absent).
+    pub(super) fn get_versioned(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, UpdateVersion)>, EpochError> {
+        let path = self.path(key);
+        let read = async {
+            let r = self.store.get_opts(&path, GetOptions::default()).await?;
+            let version = UpdateVersion {
+                e_tag: r.meta.e_tag.clone(),
+                version: r.meta.version.clone(),
+            };
+            Ok::<_, object_store::Error>((r.bytes().await?.to_vec(), version))
+        };
+        match self.runtime.block_on(read) {
+            Ok(v) => Ok(Some(v)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("reading", key, e)),
+        }
+    }
+
+    /// Replace `key` if it is still at `version`: its new version, or
+    /// `None` if another writer changed (or removed) it.
+    pub(super) fn replace_if(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        version: UpdateVersion,
+    ) -> Result<Option<UpdateVersion>, EpochError> {
+        let path = self.path(key);
+        let put = self.store.put_opts(
+            &path,
+            PutPayload::from(bytes),
+            PutOptions::from(PutMode::Update(version)),
+        );
+        match self.runtime.block_on(put) {
+            Ok(r) => Ok(Some(UpdateVersion {
+                e_tag: r.e_tag,
+                version: r.version,
+            })),
+            Err(
+                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+            ) => Ok(None),
+            Err(e) => Err(self.err("replacing", key, e)),
+        }
+    }
+
+    /// Remove `key` (absent is fine).
+    pub(super) fn remove(&self, key: &str) -> Result<(), EpochError> {
+        self.delete(key)
     }
 
     /// Where the store is, as given.
@@ -376,29 +490,36 @@ impl EpochStore {
     }
 
     /// Write `manifest`: from now on its epoch is committed. Returns its
-    /// size in bytes.
+    /// size in bytes. (A local store syncs the file and its directory
+    /// before this returns, as it did each state object the manifest
+    /// names before that object was acknowledged.)
     pub fn write(&self, manifest: &Manifest) -> Result<u64, EpochError> {
         let bytes = serde_json::to_vec_pretty(manifest).map_err(|source| EpochError::Encode {
             epoch: manifest.epoch,
             source,
         })?;
         let size = bytes.len() as u64;
-        let key = Self::manifest_key(manifest.epoch);
-        self.put(&key, bytes)?;
-        if let Some(dir) = &self.local {
-            // The local store renames into place; make file and rename durable.
-            let sync = |p: &FsPath| {
-                std::fs::File::open(p)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|source| EpochError::Io {
-                        path: p.to_path_buf(),
-                        source,
-                    })
-            };
-            sync(&dir.join(&key))?;
-            sync(&dir.join(MANIFESTS))?;
+        if let Some(lease) = self.lease.get() {
+            // Fencing: a run that lost its lease (paused past its TTL,
+            // and another run took the store over) writes no manifest.
+            lease.ensure_held(self)?;
         }
-        Ok(size)
+        // Created, never replaced: a second writer of the same epoch (a
+        // run that lost its lease, paused mid-write) fails instead of
+        // overwriting the commit point of another.
+        let key = Self::manifest_key(manifest.epoch);
+        match self.create_if_absent(&key, bytes)? {
+            Some(_) => Ok(size),
+            None => Err(EpochError::ManifestExists {
+                epoch: manifest.epoch,
+                key,
+            }),
+        }
+    }
+
+    /// Remove the manifest of `epoch` (a write that failed part-way).
+    pub fn discard_manifest(&self, epoch: u64) -> Result<(), EpochError> {
+        self.delete(&Self::manifest_key(epoch))
     }
 
     /// Keep the newest `keep` manifests and the state they name; delete
@@ -468,6 +589,7 @@ mod tests {
                 }],
             )]),
             sinks: BTreeMap::from([("k".to_string(), BTreeMap::from([(0, hex::encode(b"h"))]))]),
+            sink_backlog: BTreeMap::new(),
             state: BTreeMap::from([(
                 "agg".to_string(),
                 StageState {
@@ -510,6 +632,14 @@ mod tests {
         store.discard_after(Some(4)).expect("discard");
         assert_eq!(store.epochs().expect("epochs"), vec![1, 2, 3, 4]);
         assert!(store.get(&partial).is_err());
+        // A manifest is created, never replaced: a second writer of epoch
+        // 4 fails and leaves the first one's commit point as it was.
+        let second = store.write(&manifest(4, "other".into(), &[9]));
+        assert!(
+            matches!(second, Err(EpochError::ManifestExists { epoch: 4, .. })),
+            "{second:?}"
+        );
+        assert_eq!(store.read_manifest(4).expect("read"), latest);
         store.retain(2).expect("retain");
         assert_eq!(store.epochs().expect("epochs"), vec![3, 4]);
         assert_eq!(store.state_epochs().expect("state"), vec![3, 4]);

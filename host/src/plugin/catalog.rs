@@ -91,6 +91,7 @@ impl<'e> Catalog<'e> {
             .ok_or_else(|| PluginError {
                 plugin: name.to_string(),
                 task: "load".into(),
+                call: None,
                 kind: FailureKind::Load,
                 message: format!(
                     "no first-party plugin of that name; known: {}",
@@ -106,6 +107,7 @@ impl<'e> Catalog<'e> {
         let bytes = std::fs::read(path).map_err(|e| PluginError {
             plugin: reference.clone(),
             task: "load".into(),
+            call: None,
             kind: FailureKind::Load,
             message: format!("cannot read the file: {e}"),
         })?;
@@ -117,6 +119,7 @@ impl<'e> Catalog<'e> {
         let load_err = |message: String| PluginError {
             plugin: reference.to_string(),
             task: "load".into(),
+            call: None,
             kind: FailureKind::Load,
             message,
         };

@@ -21,12 +21,18 @@ pub enum FailureKind {
 
 /// A plugin failure, naming the plugin, the task and the reason.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("plugin `{plugin}` in {task}: {kind_text}{message}", kind_text = kind_text(kind))]
+#[error(
+    "plugin `{plugin}` in {task}{call_text}: {kind_text}{message}",
+    kind_text = kind_text(kind),
+    call_text = call.map(|c| format!(", in `{c}`")).unwrap_or_default()
+)]
 pub struct PluginError {
     /// The plugin's name.
     pub plugin: String,
     /// `stage[task]`.
     pub task: String,
+    /// The export that failed (`open`, `poll`, `commit`, …), when known.
+    pub call: Option<&'static str>,
     /// What kind of failure.
     pub kind: FailureKind,
     /// The reason, including the guest's panic message when it printed one.
@@ -36,7 +42,7 @@ pub struct PluginError {
 fn kind_text(kind: &FailureKind) -> &'static str {
     match kind {
         FailureKind::Trap => "trapped: ",
-        FailureKind::Timeout => "exceeded its CPU time: ",
+        FailureKind::Timeout => "exceeded its call_timeout: ",
         FailureKind::MemoryLimit => "exceeded its memory limit: ",
         FailureKind::Plugin => "",
         FailureKind::Load => "cannot be loaded: ",
@@ -51,7 +57,14 @@ impl PluginError {
             task: task.to_string(),
             kind: FailureKind::Plugin,
             message: message.to_string(),
+            call: None,
         }
+    }
+
+    /// The same failure, naming the export it happened in.
+    pub fn in_call(mut self, call: &'static str) -> Self {
+        self.call = Some(call);
+        self
     }
 
     /// Whether the instance is unusable after this failure.

@@ -21,6 +21,7 @@ use super::bindings::{self, types};
 use super::catalog::LoadedPlugin;
 use super::engine::{PluginEngine, TICK};
 use super::error::{FailureKind, PluginError};
+use super::guest_output::OutputBudget;
 use super::sandbox::{HostState, SandboxPolicy};
 use crate::ipc;
 
@@ -93,14 +94,15 @@ impl Sandbox {
         policy: &SandboxPolicy,
         identity: &TaskIdentity,
     ) -> Result<Self, PluginError> {
-        let state = HostState::new(policy, &plugin.metadata.name, identity).map_err(|message| {
-            PluginError {
+        let budget = OutputBudget::new(&plugin.metadata.name, &identity.label());
+        let state =
+            HostState::new(policy, plugin, identity, budget).map_err(|message| PluginError {
                 plugin: plugin.metadata.name.clone(),
                 task: identity.label(),
+                call: None,
                 kind: FailureKind::Load,
                 message,
-            }
-        })?;
+            })?;
         let mut store = Store::new(&engine.engine, state);
         store.limiter(|s| &mut s.memory);
         let deadline_ticks = (policy.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64;
@@ -127,6 +129,7 @@ impl Sandbox {
     /// One guarded call whose plugin-level error is a message.
     fn call<R>(
         &mut self,
+        name: &'static str,
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, PluginError> {
         self.arm();
@@ -134,31 +137,61 @@ impl Sandbox {
         super::usage::record_call(&self.plugin.metadata.name, cpu);
         match result {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(message)) => Err(self.reported(message)),
-            Err(e) => Err(self.classify(e)),
+            Ok(Err(message)) => Err(self.reported(message).in_call(name)),
+            Err(e) => Err(self.classify(e).in_call(name)),
         }
+        .and_then(|r| self.within_budget(name).map(|()| r))
+    }
+
+    /// A call that returned, but only after a wait of it was cut off at
+    /// its budget, overran its `call_timeout` all the same: it fails (the
+    /// guest may not have reached an epoch check to trap at).
+    fn within_budget(&self, name: &'static str) -> Result<(), PluginError> {
+        match self.blocked_past_budget() {
+            None => Ok(()),
+            Some(e) => Err(e.in_call(name)),
+        }
+    }
+
+    /// The failure of a call one of whose waits was cut off at its budget.
+    fn blocked_past_budget(&self) -> Option<PluginError> {
+        let wanted = self.store.data().blocked_past_budget?;
+        Some(self.error(
+            FailureKind::Timeout,
+            format!(
+                "a call ran longer than its call_timeout of {:?}: it was blocked waiting (a sleep or timed wait of {wanted:?}), cut off at the budget",
+                self.policy.call_timeout
+            ),
+        ))
     }
 
     /// One guarded call that cannot fail at the plugin level.
     fn call_infallible<R>(
         &mut self,
+        name: &'static str,
         f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         self.arm();
         let (result, cpu) = crate::runtime::cpu::in_plugin(|| f(&mut self.store));
         super::usage::record_call(&self.plugin.metadata.name, cpu);
-        result.map_err(|e| self.classify(e))
+        let r = result.map_err(|e| self.classify(e).in_call(name))?;
+        self.within_budget(name)?;
+        Ok(r)
     }
 
-    /// Arm the CPU guard for the next call.
+    /// Arm the CPU guard for the next call, and the cap on its waits.
     fn arm(&mut self) {
         self.store.set_epoch_deadline(self.deadline_ticks);
+        let state = self.store.data_mut();
+        state.call_deadline = Some(std::time::Instant::now() + self.policy.call_timeout);
+        state.blocked_past_budget = None;
     }
 
     fn error(&self, kind: FailureKind, message: impl Into<String>) -> PluginError {
         PluginError {
             plugin: self.plugin.metadata.name.clone(),
             task: self.identity.label(),
+            call: None,
             kind,
             message: message.into(),
         }
@@ -177,32 +210,29 @@ impl Sandbox {
                 ),
             );
         }
-        let stderr = self.store.data().stderr_text();
-        match err.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => self.error(
-                FailureKind::Timeout,
-                format!(
-                    "a call ran longer than its call_timeout of {:?} (an endless loop?)",
-                    self.policy.call_timeout
-                ),
-            ),
-            Some(trap) => {
-                let detail = if stderr.is_empty() {
-                    trap.to_string()
-                } else {
-                    format!("{trap}; the plugin printed: {stderr}")
-                };
-                self.error(FailureKind::Trap, detail)
+        let reason = match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => {
+                if let Some(blocked) = self.blocked_past_budget() {
+                    return blocked;
+                }
+                return self.error(
+                    FailureKind::Timeout,
+                    format!(
+                        "a call ran longer than its call_timeout of {:?} (an endless loop?)",
+                        self.policy.call_timeout
+                    ),
+                );
             }
-            None => {
-                let detail = if stderr.is_empty() {
-                    format!("{err:#}")
-                } else {
-                    format!("{err:#}; the plugin printed: {stderr}")
-                };
-                self.error(FailureKind::Trap, detail)
-            }
-        }
+            Some(trap) => trap.to_string(),
+            None => format!("{err:#}"),
+        };
+        // Only the tail of stderr: a trap report (and every message made
+        // from it) stays a few KiB, however much the guest printed.
+        let detail = match self.store.data().stderr_tail() {
+            Some(tail) => format!("{reason}; the plugin printed: {tail}"),
+            None => reason,
+        };
+        self.error(FailureKind::Trap, detail)
     }
 
     fn reported(&self, message: impl std::fmt::Display) -> PluginError {
@@ -396,12 +426,13 @@ impl SourceInstance {
         sandbox.arm();
         let resource = with_source!(&world, |s| s
             .call_open(&mut sandbox.store, config, &identity.wit())
-            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| sandbox.classify(e).in_call("open"))?
             .map_err(|e| OpenError::Config(rejection(e)))?);
+        sandbox.within_budget("open")?;
         sandbox.arm();
         let schema_bytes = with_source!(&world, |s| s
             .call_schema(&mut sandbox.store, resource)
-            .map_err(|e| sandbox.classify(e))?);
+            .map_err(|e| sandbox.classify(e).in_call("schema"))?);
         let schema = ipc::decode_schema(&schema_bytes)
             .map_err(|e| sandbox.reported(format!("sent an unreadable schema: {e}")))?;
         Ok(SourceInstance {
@@ -457,9 +488,9 @@ impl SourceInstance {
         if let SourceWorld::Current(world) = &self.world {
             let scan = wit_scan(request);
             let (source, resource) = (world.fv_plugin_source().source(), self.resource);
-            let bytes = self
-                .sandbox
-                .call(|store| source.call_push_down(store, resource, &scan))?;
+            let bytes = self.sandbox.call("push-down", |store| {
+                source.call_push_down(store, resource, &scan)
+            })?;
             let answered = ipc::decode_schema(&bytes).map_err(|e| {
                 self.sandbox
                     .reported(format!("sent an unreadable projected schema: {e}"))
@@ -517,7 +548,7 @@ impl SourceInstance {
         let resource = self.resource;
         let sandbox = &mut self.sandbox;
         with_source!(&self.world, |s| sandbox
-            .call_infallible(|store| s.call_splits(store, resource)))
+            .call_infallible("splits", |store| s.call_splits(store, resource)))
     }
 
     /// Seek to recorded positions.
@@ -529,7 +560,7 @@ impl SourceInstance {
                 .iter()
                 .map(|(split, position)| (split.clone(), position.clone()).into())
                 .collect::<Vec<_>>();
-            sandbox.call(|store| s.call_restore(store, resource, &wit))
+            sandbox.call("restore", |store| s.call_restore(store, resource, &wit))
         })
     }
 
@@ -546,7 +577,9 @@ impl SourceInstance {
                 .iter()
                 .map(|(split, position)| (split.clone(), position.clone()).into())
                 .collect::<Vec<_>>();
-            sandbox.call(|store| s.call_committed(store, resource, epoch, &wit))
+            sandbox.call("committed", |store| {
+                s.call_committed(store, resource, epoch, &wit)
+            })
         })
     }
 
@@ -557,13 +590,13 @@ impl SourceInstance {
         let result = match &self.world {
             SourceWorld::Current(w) => {
                 let s = w.fv_plugin_source().source();
-                sandbox.call(|store| s.call_poll(store, resource, max_rows))?
+                sandbox.call("poll", |store| s.call_poll(store, resource, max_rows))?
             }
             SourceWorld::V0_3(w) => {
                 use bindings::source::exports::fv::plugin::source as wit;
                 use bindings::v0_3::source::exports::fv::plugin::source::PollResult as Old;
                 let s = w.fv_plugin_source().source();
-                match sandbox.call(|store| s.call_poll(store, resource, max_rows))? {
+                match sandbox.call("poll", |store| s.call_poll(store, resource, max_rows))? {
                     Old::Batch(b) => wit::PollResult::Batch(wit::SourceBatch {
                         batch: b.batch,
                         finished: Vec::new(),
@@ -667,6 +700,11 @@ pub struct SinkInstance {
 }
 
 impl SinkInstance {
+    /// The plugin's name.
+    pub fn plugin_name(&self) -> &str {
+        &self.sandbox.plugin.metadata.name
+    }
+
     /// Instantiate and `open` with `config` (JSON) and the input schema.
     pub fn open(
         engine: &PluginEngine,
@@ -694,8 +732,9 @@ impl SinkInstance {
         sandbox.arm();
         let resource = with_sink!(&world, |s| s
             .call_open(&mut sandbox.store, config, &schema, &identity.wit())
-            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| sandbox.classify(e).in_call("open"))?
             .map_err(|e| OpenError::Config(rejection(e)))?);
+        sandbox.within_budget("open")?;
         let columns = match &world {
             SinkWorld::V0_3(_) => None,
             SinkWorld::Current(w) => {
@@ -703,7 +742,7 @@ impl SinkInstance {
                 w.fv_plugin_sink()
                     .sink()
                     .call_input_columns(&mut sandbox.store, resource)
-                    .map_err(|e| sandbox.classify(e))?
+                    .map_err(|e| sandbox.classify(e).in_call("input-columns"))?
             }
         };
         for name in columns.iter().flatten() {
@@ -759,7 +798,7 @@ impl SinkInstance {
         let resource = self.resource;
         let sandbox = &mut self.sandbox;
         with_sink!(&self.world, |s| sandbox
-            .call(|store| s.call_write(store, resource, &bytes)))
+            .call("write", |store| s.call_write(store, resource, &bytes)))
     }
 
     /// Pre-commit `epoch`; returns the handle for `commit`.
@@ -767,15 +806,15 @@ impl SinkInstance {
         let resource = self.resource;
         let sandbox = &mut self.sandbox;
         with_sink!(&self.world, |s| sandbox
-            .call(|store| s.call_prepare(store, resource, epoch)))
+            .call("prepare", |store| s.call_prepare(store, resource, epoch)))
     }
 
     /// Commit `epoch` (idempotent).
     pub fn commit(&mut self, epoch: u64, handle: &[u8]) -> Result<(), PluginError> {
         let resource = self.resource;
         let sandbox = &mut self.sandbox;
-        with_sink!(&self.world, |s| sandbox
-            .call(|store| s.call_commit(store, resource, epoch, handle)))
+        with_sink!(&self.world, |s| sandbox.call("commit", |store| s
+            .call_commit(store, resource, epoch, handle)))
     }
 
     /// Abort `epoch`.
@@ -783,7 +822,7 @@ impl SinkInstance {
         let resource = self.resource;
         let sandbox = &mut self.sandbox;
         with_sink!(&self.world, |s| sandbox
-            .call(|store| s.call_abort(store, resource, epoch)))
+            .call("abort", |store| s.call_abort(store, resource, epoch)))
     }
 }
 
@@ -893,8 +932,9 @@ impl StepInstance {
         let identity = sandbox.identity.wit();
         let resource = with_step!(&world, |s| s
             .call_open(&mut sandbox.store, config, &schema, &identity)
-            .map_err(|e| sandbox.classify(e))?
+            .map_err(|e| sandbox.classify(e).in_call("open"))?
             .map_err(|e| OpenError::Config(rejection(e)))?);
+        sandbox.within_budget("open")?;
         Ok((world, resource))
     }
 
@@ -905,7 +945,7 @@ impl StepInstance {
         let sandbox = &mut self.sandbox;
         let columns = with_step!(&self.world, |s| s
             .call_input_columns(&mut sandbox.store, resource)
-            .map_err(|e| sandbox.classify(e))?);
+            .map_err(|e| sandbox.classify(e).in_call("input-columns"))?);
         self.projection = match columns {
             None => None,
             Some(names) => {
@@ -928,7 +968,7 @@ impl StepInstance {
         let sandbox = &mut self.sandbox;
         let bytes = with_step!(&self.world, |s| s
             .call_output_schema(&mut sandbox.store, resource)
-            .map_err(|e| sandbox.classify(e))?);
+            .map_err(|e| sandbox.classify(e).in_call("output-schema"))?);
         self.output = ipc::decode_schema(&bytes).map_err(|e| {
             self.sandbox
                 .reported(format!("sent an unreadable output schema: {e}"))
@@ -956,12 +996,24 @@ impl StepInstance {
         &self.sandbox.plugin.metadata.name
     }
 
-    /// Replace a dead instance (after a trap) with a fresh one.
-    pub fn restart(&mut self) -> Result<(), PluginError> {
+    /// Replace a dead instance with a fresh one, after `reason` killed it
+    /// (its state is lost: the log says so, and [`Self::restarts`] counts it).
+    pub fn restart(&mut self, reason: &PluginError) -> Result<(), PluginError> {
+        tracing::debug!(
+            target: "fvhost::plugin",
+            plugin = %self.sandbox.plugin.metadata.name,
+            task = %self.sandbox.identity.label(),
+            "re-instantiating the plugin (its state is lost) after: {}",
+            reason.message
+        );
+        // The same log budget: a plugin that traps in a loop must not get
+        // a fresh burst of log lines with every new instance.
+        let budget = self.sandbox.store.data().output.budget();
         let engine_state = HostState::new(
             &self.sandbox.policy,
-            &self.sandbox.plugin.metadata.name,
+            &self.sandbox.plugin,
             &self.sandbox.identity,
+            budget,
         )
         .map_err(|m| self.sandbox.error(FailureKind::Load, m))?;
         let engine = self.sandbox.store.engine().clone();
@@ -1006,12 +1058,12 @@ impl StepInstance {
                 .fv_plugin_step()
                 .step()
                 .call_process(&mut sandbox.store, resource, &bytes)
-                .map_err(|e| sandbox.classify(e))?,
+                .map_err(|e| sandbox.classify(e).in_call("process"))?,
             StepWorld::V0_3(w) => w
                 .fv_plugin_step()
                 .step()
                 .call_process(&mut sandbox.store, resource, &bytes)
-                .map_err(|e| sandbox.classify(e))?
+                .map_err(|e| sandbox.classify(e).in_call("process"))?
                 .map(step_output_from_0_3)
                 .map_err(process_error_from_0_3),
         };

@@ -10,11 +10,13 @@
 //! task and the reason, and the runtime decides.
 
 mod bindings;
+mod call_budget;
 mod capabilities;
 mod catalog;
 mod config_schema;
 mod engine;
 mod error;
+mod guest_output;
 mod instance;
 pub mod kafka;
 mod metadata;

@@ -4,17 +4,24 @@
 //! This module owns the store's data ([`HostState`]) and the `log` import.
 //! It must never grant anything the policy does not name: no inherited
 //! environment, no network, no directory outside `allow_read`/`allow_write`,
-//! no Kafka client without `allow_kafka`.
+//! no Kafka client without `allow_kafka`, and no host stdio: a guest's
+//! stdout and stderr go to the log through [`super::guest_output`]. The one
+//! exception is the first-party stdout-sink, whose rows are its output: it
+//! alone (known by the digest of the component built into this binary, not
+//! by a name any plugin could take) writes to the host's stdout.
 
 use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::log;
+use super::catalog::{FIRST_PARTY, LoadedPlugin};
+use super::guest_output::{GuestOutput, OutputBudget, Stream};
 use super::kafka::KafkaGrant;
 
 /// What a plugin instance may touch, from the topology.
@@ -46,9 +53,6 @@ impl Default for SandboxPolicy {
         }
     }
 }
-
-/// Guest stderr is kept (for panic messages in trap reports) up to this size.
-const STDERR_CAPACITY: usize = 4 << 20;
 
 /// Memory cap that remembers it was hit, so a trap can be named precisely.
 pub(crate) struct MemoryCap {
@@ -88,7 +92,8 @@ pub(crate) struct HostState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) memory: MemoryCap,
-    pub(crate) stderr: MemoryOutputPipe,
+    /// The guest's stdout and stderr (logged), and the tail of its stderr.
+    pub(crate) output: GuestOutput,
     /// `plugin`, for log records.
     pub(crate) plugin: String,
     /// `stage[task]`, for log records.
@@ -98,24 +103,37 @@ pub(crate) struct HostState {
     pub(crate) stage: String,
     /// The Kafka grant (`None`: every Kafka call is refused).
     pub(crate) kafka: Option<KafkaGrant>,
+    /// When the current guarded call's budget (`call_timeout`) ends.
+    pub(crate) call_deadline: Option<std::time::Instant>,
+    /// A wait of the current call that was cut at its budget: how long
+    /// the guest wanted to wait.
+    pub(crate) blocked_past_budget: Option<std::time::Duration>,
 }
 
 impl HostState {
-    /// Build the sandbox for one instance.
+    /// Build the sandbox for one instance; `output_budget` is the task's
+    /// (shared by the instances it re-creates after traps).
     pub(crate) fn new(
         policy: &SandboxPolicy,
-        plugin: &str,
+        loaded: &LoadedPlugin,
         identity: &super::TaskIdentity,
+        output_budget: Arc<OutputBudget>,
     ) -> Result<Self, String> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let plugin = &loaded.metadata.name;
+        let output = GuestOutput::new(output_budget);
         let mut builder = WasiCtxBuilder::new();
         // Plugins run synchronously on their task's own thread, so a file
         // read may block that thread; without this every WASI read is a
         // round trip through a blocking pool (two futex calls per read).
         builder
             .allow_blocking_current_thread(true)
-            .inherit_stdout()
-            .stderr(stderr.clone());
+            .monotonic_clock(super::call_budget::GuestClock)
+            .stderr(output.stream(Stream::Stderr));
+        if is_first_party_stdout_sink(loaded) {
+            builder.inherit_stdout();
+        } else {
+            builder.stdout(output.stream(Stream::Stdout));
+        }
         for (name, value) in &policy.env {
             builder.env(name, value);
         }
@@ -136,21 +154,34 @@ impl HostState {
                 limit: policy.memory_limit,
                 exceeded: None,
             },
-            stderr,
-            plugin: plugin.to_string(),
+            output,
+            plugin: plugin.clone(),
             task: identity.label(),
             topology: identity.topology.clone(),
             stage: identity.stage.clone(),
             kafka: policy.kafka.clone(),
+            call_deadline: None,
+            blocked_past_budget: None,
         })
     }
 
-    /// What the guest printed on stderr (its panic message, usually).
-    pub(crate) fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents())
-            .trim()
-            .to_string()
+    /// The end of what the guest printed on stderr (its panic message,
+    /// usually), bounded; `None` when it printed nothing.
+    pub(crate) fn stderr_tail(&self) -> Option<String> {
+        self.output.stderr_tail()
     }
+}
+
+/// Whether `plugin` is the stdout-sink built into this binary (the same
+/// component bytes, wherever it was loaded from).
+fn is_first_party_stdout_sink(plugin: &LoadedPlugin) -> bool {
+    static DIGEST: LazyLock<Option<String>> = LazyLock::new(|| {
+        FIRST_PARTY
+            .iter()
+            .find(|(name, _)| *name == "stdout-sink")
+            .map(|(_, bytes)| hex::encode(Sha256::digest(bytes)))
+    });
+    DIGEST.as_deref() == Some(plugin.digest.as_str())
 }
 
 impl WasiView for HostState {

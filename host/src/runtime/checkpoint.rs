@@ -119,20 +119,25 @@ impl StateContext {
         let control = Arc::clone(&self.control);
         let stage = self.stage.clone();
         let format = format.to_string();
+        if let Err(e) = crate::epoch::fault_point("before-state", epoch) {
+            control.fail(format!("checkpoint {epoch}: stage `{stage}`: {e}"));
+            return;
+        }
         self.store
-            .put_in_background(key, snapshot.bytes, move |result| match result {
-                Ok(()) => {
-                    crate::epoch::crash_point("after-state", epoch);
-                    let _ = acks.send(Ack::State {
-                        stage,
-                        epoch,
-                        format,
-                        object,
-                    });
+            .put_in_background(key, snapshot.bytes, move |result| {
+                match result.and_then(|()| Ok(crate::epoch::fault_point("after-state", epoch)?)) {
+                    Ok(()) => {
+                        let _ = acks.send(Ack::State {
+                            stage,
+                            epoch,
+                            format,
+                            object,
+                        });
+                    }
+                    Err(e) => control.fail(format!(
+                        "checkpoint {epoch}: stage `{stage}` could not save its state: {e}"
+                    )),
                 }
-                Err(e) => control.fail(format!(
-                    "checkpoint {epoch}: stage `{stage}` could not save its state: {e}"
-                )),
             });
     }
 }

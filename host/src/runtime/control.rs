@@ -1,5 +1,12 @@
-//! Run-wide control shared by every task: the graceful-stop request and
-//! the first failure.
+//! Run-wide control shared by every task: the graceful-stop request, the
+//! first failure, and the commit point.
+//!
+//! The commit point is where "the run failed" and "epoch N is durable"
+//! are ordered: [`RunControl::seal`] writes a manifest only while the run
+//! has not failed, and [`RunControl::fail`] takes the same lock, so once a
+//! task sees the run failed, [`RunControl::durable_epoch`] is final. A sink
+//! may then abort exactly the epochs after it; the durable ones it commits
+//! or leaves for the restart.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,12 +17,33 @@ pub struct RunControl {
     stop: AtomicBool,
     failed: AtomicBool,
     first_failure: Mutex<Option<String>>,
+    /// Serialises sealing an epoch against failing the run.
+    commit_point: Mutex<CommitPoint>,
     /// The last epoch whose manifest is durable (0: none yet).
     committed_epoch: AtomicU64,
     /// How long writing that manifest took, in microseconds.
     checkpoint_micros: AtomicU64,
     /// That checkpoint's size in bytes (manifest; state objects to come).
     checkpoint_bytes: AtomicU64,
+}
+
+/// What is known about the newest epochs' manifests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CommitPoint {
+    /// The newest epoch whose manifest this run wrote (durable).
+    pub durable: Option<u64>,
+    /// An epoch whose manifest write failed part-way: it may exist, so
+    /// neither commit nor abort it; the restart decides.
+    pub in_doubt: Option<u64>,
+}
+
+/// Why an epoch was not sealed.
+#[derive(Debug)]
+pub enum SealError<E> {
+    /// The run failed first: sinks may already be aborting this epoch.
+    RunFailed,
+    /// Writing the manifest failed (the epoch is now in doubt).
+    Write(E),
 }
 
 impl RunControl {
@@ -31,12 +59,52 @@ impl RunControl {
 
     /// Record a task failure (the first one is the run's error).
     pub fn fail(&self, message: String) {
-        self.failed.store(true, Ordering::SeqCst);
+        {
+            // Under the commit point: no manifest is written after this.
+            let _point = self.commit_point.lock().unwrap_or_else(|p| p.into_inner());
+            self.failed.store(true, Ordering::SeqCst);
+        }
         if let Ok(mut slot) = self.first_failure.lock()
             && slot.is_none()
         {
             *slot = Some(message);
         }
+    }
+
+    /// Write the manifest of `epoch` with `write`, unless the run has
+    /// failed; on success `epoch` is the durable one.
+    pub fn seal<T, E>(
+        &self,
+        epoch: u64,
+        write: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, SealError<E>> {
+        let mut point = self.commit_point.lock().unwrap_or_else(|p| p.into_inner());
+        if self.has_failed() {
+            return Err(SealError::RunFailed);
+        }
+        match write() {
+            Ok(v) => {
+                point.durable = Some(epoch);
+                Ok(v)
+            }
+            Err(e) => {
+                point.in_doubt = Some(epoch);
+                Err(SealError::Write(e))
+            }
+        }
+    }
+
+    /// The failed write of `epoch` was undone: its manifest is known absent.
+    pub fn resolve_doubt(&self, epoch: u64) {
+        let mut point = self.commit_point.lock().unwrap_or_else(|p| p.into_inner());
+        if point.in_doubt == Some(epoch) {
+            point.in_doubt = None;
+        }
+    }
+
+    /// The commit point as it stands (final once [`Self::has_failed`]).
+    pub fn commit_point(&self) -> CommitPoint {
+        *self.commit_point.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether some task failed.
@@ -73,5 +141,62 @@ impl RunControl {
     /// Whether sources should stop producing.
     pub fn should_stop(&self) -> bool {
         self.stop_requested() || self.has_failed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_epoch_is_not_sealed_after_the_run_failed() {
+        let control = RunControl::default();
+        assert!(control.seal(1, || Ok::<_, ()>(())).is_ok());
+        control.fail("a task failed".into());
+        let mut wrote = false;
+        let sealed = control.seal(2, || {
+            wrote = true;
+            Ok::<_, ()>(())
+        });
+        assert!(matches!(sealed, Err(SealError::RunFailed)));
+        assert!(!wrote, "no manifest is written once the run failed");
+        assert_eq!(control.commit_point().durable, Some(1));
+    }
+
+    #[test]
+    fn a_failure_during_a_seal_waits_for_it_and_then_sees_the_epoch_durable() {
+        let control = std::sync::Arc::new(RunControl::default());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let sealing = {
+            let control = std::sync::Arc::clone(&control);
+            std::thread::spawn(move || {
+                control.seal(7, || {
+                    entered_tx.send(()).expect("send");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    Ok::<_, ()>(())
+                })
+            })
+        };
+        entered_rx.recv().expect("the seal started");
+        control.fail("a sink failed".into());
+        // `fail` returned, so the seal it raced with is over and visible.
+        assert_eq!(control.commit_point().durable, Some(7));
+        assert!(sealing.join().expect("join").is_ok());
+    }
+
+    #[test]
+    fn a_failed_manifest_write_leaves_its_epoch_in_doubt_until_resolved() {
+        let control = RunControl::default();
+        let sealed = control.seal(3, || Err::<(), _>("disk full"));
+        assert!(matches!(sealed, Err(SealError::Write("disk full"))));
+        assert_eq!(
+            control.commit_point(),
+            CommitPoint {
+                durable: None,
+                in_doubt: Some(3)
+            }
+        );
+        control.resolve_doubt(3);
+        assert_eq!(control.commit_point().in_doubt, None);
     }
 }

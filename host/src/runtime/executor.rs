@@ -14,14 +14,14 @@ use super::control::RunControl;
 use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
-use super::operators::{LookupJoin, SinkWriter, SqlStage, WasmStep};
+use super::operators::{LookupJoin, SinkWriter, SqlStage, WasmStep, commit_durable};
 use super::plan::{Plan, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
     Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
     newest_restorable,
 };
-use crate::plugin::{SourceInstance, SourcePoll};
+use crate::plugin::{FailureKind, PluginError, SourceInstance, SourcePoll};
 use crate::state::KeyHasher;
 use arrow::datatypes::SchemaRef;
 
@@ -38,7 +38,18 @@ pub enum RunError {
     /// A thread could not be started.
     #[error("cannot start a task thread: {0}")]
     Spawn(String),
-    /// Restoring from the newest manifest failed.
+    /// The newest checkpoint does not fit the topology as it is now (a
+    /// changed stage, plugin version or parallelism): nothing ran, and the
+    /// fix is in the configuration (or `--from-scratch`).
+    #[error("resuming epoch {epoch}: {message}")]
+    Incompatible {
+        /// The manifest's epoch.
+        epoch: u64,
+        /// What does not fit, and how to fix it.
+        message: String,
+    },
+    /// Restoring from the newest manifest failed (a plugin's `restore` or
+    /// replayed `commit`, a state object that cannot be read).
     #[error("restoring epoch {epoch}: {message}")]
     Restore {
         /// The manifest's epoch.
@@ -226,6 +237,7 @@ pub fn run(
             source_commands.push(cmd_tx);
             let task = SourceTask {
                 name: source.name.clone(),
+                task: i,
                 event_time: source.event_time,
                 clock: WatermarkClock::new(SystemClock),
                 reported: BTreeMap::new(),
@@ -239,6 +251,7 @@ pub fn run(
                     .unwrap_or_default()
                     .into_iter()
                     .collect(),
+                first_poll_of: Some(first_epoch),
             };
             let control = Arc::clone(&control);
             handles.push(spawn(
@@ -312,6 +325,7 @@ pub fn run(
                 i as u32,
                 first_epoch,
                 ack_tx.clone(),
+                Arc::clone(&control),
             ));
             let control = Arc::clone(&control);
             handles.push(spawn(
@@ -394,7 +408,7 @@ fn check_plugin_versions(plan: &Plan, manifest: &Manifest) -> Result<(), RunErro
             old.major == new.major
         };
         if !compatible {
-            return Err(RunError::Restore {
+            return Err(RunError::Incompatible {
                 epoch: manifest.epoch,
                 message: format!(
                     "plugin `{}` was {before} when epoch {} was checkpointed and is {} now, an incompatible version (semver: another major, or another minor before 1.0) that may not read the positions and sink handles the old one wrote; run {before} (pin it: `{}@={before}`), or start over with --from-scratch",
@@ -422,7 +436,7 @@ fn check_state_formats(plan: &Plan, manifest: &Manifest) -> Result<(), RunError>
         if let Some(saved) = manifest.state.get(&stage.name)
             && saved.format != w.format()
         {
-            return Err(RunError::Restore {
+            return Err(RunError::Incompatible {
                 epoch: manifest.epoch,
                 message: format!(
                     "stage `{}` changed incompatibly: its state was written by `{}`, the topology now says `{}`; restore the previous definition, or start over with --from-scratch",
@@ -456,6 +470,10 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunErr
         epoch: manifest.epoch,
         message,
     };
+    let incompatible = |message: String| RunError::Incompatible {
+        epoch: manifest.epoch,
+        message,
+    };
     let mut given = TaskPositions::new();
     for source in &mut plan.sources {
         let positions = manifest.positions(&source.name);
@@ -479,7 +497,7 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunErr
             .filter(|s| !all_owned.iter().any(|o| o == s))
             .collect();
         if !orphans.is_empty() {
-            return Err(fail(format!(
+            return Err(incompatible(format!(
                 "source `{}` recorded positions for split(s) {} that none of its tasks reads now (did its parallelism or config change?); restore the previous setting, or start over with --from-scratch",
                 source.name,
                 orphans.join(", ")
@@ -488,9 +506,16 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunErr
     }
     for sink in &mut plan.sinks {
         for (i, task) in sink.tasks.iter_mut().enumerate() {
-            if let Some(handle) = manifest.sink_handle(&sink.name, i as u32) {
-                task.commit(manifest.epoch, &handle)
-                    .map_err(|e| fail(e.to_string()))?;
+            let label = format!("{}[{i}]", sink.name);
+            // Every epoch up to the manifest's committed: replay each
+            // commit the crashed run may not have finished.
+            for (epoch, handle) in manifest.sink_commits(&sink.name, i as u32) {
+                commit_durable(task, &label, epoch, &handle).map_err(|e| {
+                    fail(format!(
+                        "sink `{}` could not commit epoch {epoch}, which is committed (its manifest is durable), so the run cannot go on until it does: {e}",
+                        sink.name
+                    ))
+                })?;
             }
             task.abort(manifest.epoch + 1)
                 .map_err(|e| fail(e.to_string()))?;
@@ -503,6 +528,8 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunErr
 /// coordinator (report positions, inject a barrier).
 struct SourceTask {
     name: String,
+    /// This task's index within its source.
+    task: usize,
     instance: SourceInstance,
     out: Emitter,
     commands: Receiver<SourceCommand>,
@@ -516,6 +543,8 @@ struct SourceTask {
     event_time: Option<SourceEventTime>,
     /// What the task's watermark is.
     clock: WatermarkClock<SystemClock>,
+    /// The epoch whose first poll is still to come (fault injection).
+    first_poll_of: Option<u64>,
 }
 
 impl SourceTask {
@@ -541,16 +570,29 @@ impl SourceTask {
     }
 
     /// Tell the plugin `epoch` committed, with the positions this task
-    /// reported for it. A failure is logged: the epoch is committed anyway,
-    /// and a later notification covers it.
-    fn committed(&mut self, epoch: u64) {
+    /// reported for it. An error the plugin reports is logged: the epoch
+    /// is committed anyway, and a later notification covers it. A plugin
+    /// that trapped, ran out of time or memory is broken: the task fails.
+    fn committed(&mut self, epoch: u64) -> Result<(), TaskError> {
         let Some(positions) = self.reported.remove(&epoch) else {
-            return;
+            return Ok(());
         };
         // Older epochs are covered by this one.
         self.reported.retain(|&e, _| e > epoch);
-        if let Err(e) = self.instance.committed(epoch, &positions) {
-            tracing::warn!(source = %self.name, epoch, "the commit notification failed: {e}");
+        let notified = crate::epoch::fault_point("source-committed", epoch)
+            .map_err(|f| f.to_string())
+            .and_then(|()| match self.instance.committed(epoch, &positions) {
+                Err(e) if e.kind != FailureKind::Plugin => Ok(Err(e)),
+                Err(e) => Err(e.to_string()),
+                Ok(()) => Ok(Ok(())),
+            });
+        match notified {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(broken)) => Err(broken.into()),
+            Err(e) => {
+                tracing::warn!(source = %self.name, epoch, "the commit notification failed: {e}");
+                Ok(())
+            }
         }
     }
 
@@ -560,7 +602,7 @@ impl SourceTask {
         while !control.has_failed() {
             match self.commands.recv_timeout(TICK) {
                 Ok(SourceCommand::Committed(epoch)) => {
-                    self.committed(epoch);
+                    self.committed(epoch)?;
                     if epoch >= last {
                         return Ok(());
                     }
@@ -620,6 +662,7 @@ impl SourceTask {
                         positions,
                     });
                     self.out.barrier(epoch)?;
+                    self.first_poll_of = Some(epoch + 1);
                     if last {
                         // Downstream may finish; this task stays to hear
                         // that the final epoch committed.
@@ -629,7 +672,7 @@ impl SourceTask {
                     continue;
                 }
                 Some(SourceCommand::Committed(epoch)) => {
-                    self.committed(epoch);
+                    self.committed(epoch)?;
                     continue;
                 }
                 None => {}
@@ -639,6 +682,15 @@ impl SourceTask {
             }
             if drained {
                 continue;
+            }
+            if let Some(epoch) = self.first_poll_of.take() {
+                crate::epoch::fault_point("source-poll", epoch).map_err(|f| {
+                    PluginError::reported(
+                        self.instance.plugin_name(),
+                        &format!("{}[{}]", self.name, self.task),
+                        format!("poll: {f}"),
+                    )
+                })?;
             }
             let read_at = Instant::now();
             match self.instance.poll(self.batch_size)? {
@@ -715,10 +767,13 @@ fn operator_task(
         &mut out,
         control,
     );
-    if result.is_err() || control.has_failed() {
+    let aborting = result.is_err() || control.has_failed();
+    // Fail the run first: then no manifest can be written behind this
+    // task's back, and the commit point its abort reads is final.
+    finish(result, control);
+    if aborting {
         op.on_abort();
     }
-    finish(result, control);
     out.end_of_stream();
 }
 

@@ -25,7 +25,7 @@ pub mod status;
 pub mod tap;
 pub mod watermark;
 
-pub use control::RunControl;
+pub use control::{CommitPoint, RunControl, SealError};
 pub use executor::{RunError, RunReport, run};
 pub use message::{Message, Watermark};
 pub use metrics::StageMetrics;

@@ -43,6 +43,10 @@ pub struct StageStatus {
     /// Rows dropped as late (window stages).
     #[serde(default)]
     pub late_rows: u64,
+    /// Plugin instances re-created after a trap (Wasm steps): each lost
+    /// the plugin's state.
+    #[serde(default)]
+    pub restarts: u64,
     /// Groups held in state now (window stages).
     #[serde(default)]
     pub state_groups: u64,
@@ -222,6 +226,7 @@ pub fn record(
                 rows_out: StageMetrics::get(&m.rows_out),
                 dead_lettered: StageMetrics::get(&m.dead_lettered),
                 late_rows: StageMetrics::get(&m.late_rows),
+                restarts: StageMetrics::get(&m.restarts),
                 state_groups: StageMetrics::get(&m.state_groups),
                 watermark_ms: m.watermark().map(|w| w / 1000),
                 batch_latency: Some(m.batch_latency.snapshot()).filter(|h| h.count > 0),

@@ -46,6 +46,12 @@ const STAGE_FAMILIES: &[StageFamily] = &[
         value: |s| s.late_rows,
     },
     StageFamily {
+        name: "fvhost_stage_plugin_restarts_total",
+        kind: "counter",
+        help: "Plugin instances a stage re-created after a trap (each lost the plugin's state).",
+        value: |s| s.restarts,
+    },
+    StageFamily {
         name: "fvhost_stage_state_groups",
         kind: "gauge",
         help: "Groups (or rows) a stateful stage holds now.",

@@ -22,7 +22,7 @@ use arrow::datatypes::SchemaRef;
 pub use join::{IntervalJoin, JoinPlan, WindowJoin};
 pub use lookup::{LookupJoin, LookupPlan, LookupTable};
 pub use session::{SessionAggregate, SessionPlan};
-pub use sink_writer::SinkWriter;
+pub use sink_writer::{SinkWriter, commit_durable};
 pub use sql_stage::SqlStage;
 pub use top_n::{TopN, TopNPlan};
 pub use wasm_step::WasmStep;

@@ -7,6 +7,10 @@
 //! to find the rows that trap. A step that traps on *every* row, runs out
 //! of CPU time or memory, or reports a whole-batch failure stops the stage:
 //! that is a plugin problem, not poison data.
+//!
+//! A trap report (with the tail of the plugin's stderr) is kept once per
+//! batch, not once per trapped row: the bisection may trap on thousands of
+//! rows, and this operator must never hold a report per row.
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -18,6 +22,54 @@ use crate::runtime::operator::{Emitter, Operator, TaskError};
 
 /// Dead-letter warnings logged per task when no dead-letter sink exists.
 const MAX_POISON_LOGS: u64 = 20;
+
+/// Distinct trap reports kept in full per batch; the rows of further
+/// distinct traps get a short reason (the log has the first report).
+const MAX_TRAP_REPORTS: usize = 4;
+
+/// The trap reports of one batch's bisection.
+#[derive(Default)]
+struct TrapReports {
+    /// The first trap of the batch (on any slice of it), for the log.
+    first: Option<String>,
+    /// The distinct reports of trapped rows kept in full, in order.
+    kept: Vec<String>,
+    /// Rows the step trapped on.
+    rows: usize,
+}
+
+impl TrapReports {
+    /// The step trapped on some slice of the batch.
+    fn trapped(&mut self, report: &str) {
+        if self.first.is_none() {
+            self.first = Some(report.to_string());
+        }
+    }
+
+    /// The dead-letter reason of a row the step trapped on with `report`:
+    /// the report in full the first time it is seen, a reference after.
+    fn reason(&mut self, report: String) -> String {
+        self.rows += 1;
+        if let Some(i) = self.kept.iter().position(|k| *k == report) {
+            return if i == 0 {
+                "the step trapped on this row, as on the first trapped row of its batch (whose error has the trap report)".to_string()
+            } else {
+                format!(
+                    "the step trapped on this row, as on an earlier row of its batch (trap report {} of the batch)",
+                    i + 1
+                )
+            };
+        }
+        if self.kept.len() >= MAX_TRAP_REPORTS {
+            return format!(
+                "the step trapped on this row (more than {MAX_TRAP_REPORTS} different trap reports in this batch; the first is in the log)"
+            );
+        }
+        self.kept.push(report);
+        let last = self.kept.len() - 1;
+        format!("the step trapped on this row: {}", self.kept[last])
+    }
+}
 
 /// Runs one step instance.
 pub struct WasmStep {
@@ -44,6 +96,7 @@ impl WasmStep {
         rows: &[usize],
         output: &mut Vec<RecordBatch>,
         poison: &mut Vec<(usize, String, bool)>,
+        traps: &mut TrapReports,
     ) -> Result<(), PluginError> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -64,16 +117,13 @@ impl WasmStep {
                 let keep: Vec<usize> = (0..batch.num_rows()).filter(|i| !is_bad[*i]).collect();
                 let rest = take(batch, &keep).map_err(|e| self.error(e))?;
                 let rest_rows: Vec<usize> = keep.iter().map(|i| rows[*i]).collect();
-                self.run(&rest, &rest_rows, output, poison)
+                self.run(&rest, &rest_rows, output, poison, traps)
             }
             Err(e) if e.kind == FailureKind::Trap => {
-                self.instance.restart()?;
+                traps.trapped(&e.message);
+                self.instance.restart(&e)?;
                 if batch.num_rows() == 1 {
-                    poison.push((
-                        rows[0],
-                        format!("the step trapped on this row: {}", e.message),
-                        true,
-                    ));
+                    poison.push((rows[0], traps.reason(e.message), true));
                     return Ok(());
                 }
                 let mid = batch.num_rows() / 2;
@@ -81,8 +131,8 @@ impl WasmStep {
                     batch.slice(0, mid),
                     batch.slice(mid, batch.num_rows() - mid),
                 );
-                self.run(&left, &rows[..mid], output, poison)?;
-                self.run(&right, &rows[mid..], output, poison)
+                self.run(&left, &rows[..mid], output, poison, traps)?;
+                self.run(&right, &rows[mid..], output, poison, traps)
             }
             Err(e) => Err(e),
         }
@@ -108,17 +158,30 @@ impl Operator for WasmStep {
         let rows: Vec<usize> = (0..batch.num_rows()).collect();
         let mut output = Vec::new();
         let mut poison = Vec::new();
+        let mut traps = TrapReports::default();
         let restarts_before = self.instance.restarts;
-        self.run(&batch, &rows, &mut output, &mut poison)?;
-        StageMetrics::add(
-            &out.metrics.restarts,
-            self.instance.restarts - restarts_before,
-        );
+        let result = self.run(&batch, &rows, &mut output, &mut poison, &mut traps);
+        let restarts = self.instance.restarts - restarts_before;
+        // Counted and logged even when the batch then fails: each one lost
+        // the plugin's state.
+        StageMetrics::add(&out.metrics.restarts, restarts);
+        if restarts > 0 {
+            tracing::warn!(
+                stage = %self.stage,
+                plugin = self.instance.plugin_name(),
+                "the plugin trapped and was re-instantiated {restarts} times on a batch of {} rows ({} rows trapped); first trap: {}",
+                batch.num_rows(),
+                traps.rows,
+                traps.first.as_deref().unwrap_or_default(),
+            );
+        }
+        result?;
         let trapped = poison.iter().filter(|p| p.2).count();
         if trapped > 1 && trapped == batch.num_rows() {
             return Err(TaskError::Plugin(PluginError {
                 plugin: self.instance.plugin_name().to_string(),
                 task: self.stage.clone(),
+                call: None,
                 kind: FailureKind::Trap,
                 message: format!(
                     "it trapped on every row of a batch of {} rows, which is a plugin bug rather than poison data; first: {}",
@@ -147,5 +210,39 @@ impl Operator for WasmStep {
             out.dead_letter(records)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_keeps_each_distinct_trap_report_once_and_at_most_a_few() {
+        let mut traps = TrapReports::default();
+        let report = "x".repeat(4096);
+        let first = traps.reason(report.clone());
+        assert!(first.ends_with(&report));
+        for _ in 0..1000 {
+            let again = traps.reason(report.clone());
+            assert!(again.len() < 200, "{again}");
+            assert!(again.contains("as on the first trapped row"), "{again}");
+        }
+        for i in 1..MAX_TRAP_REPORTS {
+            assert!(
+                traps
+                    .reason(format!("report {i}"))
+                    .ends_with(&format!("report {i}"))
+            );
+        }
+        assert!(
+            traps
+                .reason("report 1".into())
+                .contains("trap report 2 of the batch")
+        );
+        let beyond = traps.reason("yet another".into());
+        assert!(!beyond.contains("yet another"), "{beyond}");
+        assert_eq!(traps.kept.len(), MAX_TRAP_REPORTS);
+        assert_eq!(traps.rows, 1 + 1000 + (MAX_TRAP_REPORTS - 1) + 2);
     }
 }

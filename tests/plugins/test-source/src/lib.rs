@@ -9,6 +9,13 @@
 //! - `refuse`: `push-down` fails;
 //! - `drop`: answers without the first requested column;
 //! - `retype`: answers with `seq` as utf8.
+//!
+//! `misbehave = { call, how, at }` makes it trap, spin, exhaust its memory
+//! or sleep for an hour in `open`, the `at`-th `poll`, or `committed` of
+//! epoch `at` (see `tests/plugins/shared/misbehave.rs`).
+
+#[path = "../../shared/misbehave.rs"]
+mod misbehave;
 
 use std::sync::Arc;
 
@@ -27,6 +34,8 @@ pub struct Config {
     /// What to do with a projection (see the crate docs).
     #[serde(default = "honour")]
     pub push_down: String,
+    /// Misbehave on demand.
+    pub misbehave: Option<misbehave::Misbehave>,
 }
 
 fn honour() -> String {
@@ -43,12 +52,19 @@ pub struct TestSource {
     keep: Vec<usize>,
     /// What `schema` answers (may lie, in the bad modes).
     answered: SchemaRef,
+    misbehave: Option<misbehave::Misbehave>,
+    polls: u64,
 }
 
 impl Source for TestSource {
     type Config = Config;
 
     fn open(config: Config, _task: &TaskContext) -> Result<Self, ConfigError> {
+        if let Some(m) = &config.misbehave {
+            m.check(&["open", "poll", "committed"])
+                .map_err(|(key, message)| ConfigError::at(&key, message))?;
+        }
+        misbehave::maybe(&config.misbehave, "open", 0);
         if !["honour", "ignore", "refuse", "drop", "retype"].contains(&config.push_down.as_str()) {
             return Err(ConfigError::at(
                 "push_down",
@@ -67,6 +83,8 @@ impl Source for TestSource {
             keep: (0..full.fields().len()).collect(),
             answered: Arc::clone(&full),
             full,
+            misbehave: config.misbehave,
+            polls: 0,
         })
     }
 
@@ -107,6 +125,11 @@ impl Source for TestSource {
         Ok(())
     }
 
+    fn committed(&mut self, epoch: u64, _positions: Vec<SplitPosition>) -> Result<(), String> {
+        misbehave::maybe(&self.misbehave, "committed", epoch);
+        Ok(())
+    }
+
     fn splits(&self) -> Vec<String> {
         vec!["all".into()]
     }
@@ -124,6 +147,8 @@ impl Source for TestSource {
     }
 
     fn poll(&mut self, max_rows: usize) -> Result<Poll, String> {
+        self.polls += 1;
+        misbehave::maybe(&self.misbehave, "poll", self.polls);
         if self.next >= self.rows {
             return Ok(Poll::Finished);
         }

@@ -14,8 +14,15 @@
 //! - `read-file`: read `path` at open and append its content as a column
 //!   (the sandbox test: it must fail without an `allow_read` grant);
 //! - `slow`: pass every row on after sleeping `value` milliseconds per
-//!   batch (so that a crash test can kill a run mid-stream).
+//!   batch (so that a crash test can kill a run mid-stream);
+//! - `print`: `println!` one line per batch and pass every row on;
+//! - `stderr-then-panic`: write `bytes` bytes (one line) to stderr, then
+//!   panic on a batch holding a row whose `column` is a multiple of
+//!   `value` (1: every row, so the host's bisection traps once per row);
+//! - `stderr-flood`: write `bytes` bytes of short lines to stderr on every
+//!   batch and pass every row on.
 
+use std::io::Write;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::{
@@ -38,17 +45,27 @@ pub struct Config {
     pub value: i64,
     /// For `read-file`: the file to read.
     pub path: Option<String>,
+    /// For `stderr-then-panic` and `stderr-flood`: bytes written to stderr
+    /// per call.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 fn price() -> String {
     "price".into()
 }
 
+/// What `stderr-then-panic` writes, a block at a time.
+static JUNK: [u8; 64 << 10] = [b'x'; 64 << 10];
+
 /// The test step.
 pub struct TestStep {
     config: Config,
     output: SchemaRef,
     content: Option<String>,
+    /// Batches seen by this instance (`stderr-flood` prints it, so a lost
+    /// instance shows as a count starting over).
+    batches: u64,
 }
 
 impl Step for TestStep {
@@ -69,7 +86,24 @@ impl Step for TestStep {
                     }
                 }
             }
-            "loop" | "hog" | "slow" => {}
+            "stderr-then-panic" => {
+                match input.field_with_name(&config.column) {
+                    Ok(f) if f.data_type() == &DataType::Int64 => {}
+                    _ => {
+                        return Err(ConfigError::at(
+                            "column",
+                            format!("no int64 column `{}` in the input", config.column),
+                        ));
+                    }
+                }
+                if config.value < 1 {
+                    return Err(ConfigError::at(
+                        "value",
+                        "stderr-then-panic needs a value of at least 1",
+                    ));
+                }
+            }
+            "loop" | "hog" | "slow" | "print" | "stderr-flood" => {}
             "read-file" => {
                 let path = config
                     .path
@@ -89,12 +123,15 @@ impl Step for TestStep {
             config,
             output,
             content,
+            batches: 0,
         })
     }
 
     fn input_columns(&self) -> Option<Vec<String>> {
         match self.config.mode.as_str() {
-            "filter" | "trap-on" | "bad-rows" => Some(vec![self.config.column.clone()]),
+            "filter" | "trap-on" | "bad-rows" | "stderr-then-panic" => {
+                Some(vec![self.config.column.clone()])
+            }
             _ => None,
         }
     }
@@ -174,6 +211,49 @@ impl Step for TestStep {
             "slow" => {
                 let ms = u64::try_from(self.config.value).unwrap_or(0);
                 std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
+            "print" => {
+                println!("test-step print: a batch of {} rows", batch.num_rows());
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
+            "stderr-then-panic" => {
+                let every = self.config.value;
+                let poison = values()?.iter().any(|v| v.is_some_and(|v| v % every == 0));
+                let mut stderr = std::io::stderr().lock();
+                let mut left = self.config.bytes;
+                while left > 0 {
+                    let n = left.min(JUNK.len() as u64) as usize;
+                    let _ = stderr.write_all(&JUNK[..n]);
+                    left -= n as u64;
+                }
+                let _ = stderr.write_all(b"\n");
+                drop(stderr);
+                if poison {
+                    panic!("test-step: a multiple of {every} in this batch");
+                }
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
+            "stderr-flood" => {
+                self.batches += 1;
+                let mut stderr = std::io::stderr().lock();
+                let mut written = 0;
+                let mut line = 0u64;
+                while written < self.config.bytes {
+                    let text = format!("test-step flood: batch {} line {line}\n", self.batches);
+                    let _ = stderr.write_all(text.as_bytes());
+                    written += text.len() as u64;
+                    line += 1;
+                }
                 Ok(StepOutput::Keep(BooleanArray::from(vec![
                     true;
                     batch.num_rows()
