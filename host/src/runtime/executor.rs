@@ -688,8 +688,9 @@ impl SourceTask {
                     PluginError::reported(
                         self.instance.plugin_name(),
                         &format!("{}[{}]", self.name, self.task),
-                        format!("poll: {f}"),
+                        f,
                     )
+                    .in_call("poll")
                 })?;
             }
             let read_at = Instant::now();

@@ -72,8 +72,15 @@ impl SinkWriter {
 }
 
 /// A fault injected into a sink's call, as the plugin's own error.
-fn injected(instance: &SinkInstance, task: &str, call: &str, fault: InjectedFault) -> TaskError {
-    PluginError::reported(instance.plugin_name(), task, format!("{call}: {fault}")).into()
+fn injected(
+    instance: &SinkInstance,
+    task: &str,
+    call: &'static str,
+    fault: InjectedFault,
+) -> TaskError {
+    PluginError::reported(instance.plugin_name(), task, fault)
+        .in_call(call)
+        .into()
 }
 
 /// Commit `epoch`, whose manifest is durable, on `instance` (task `task`,
