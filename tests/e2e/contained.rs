@@ -171,3 +171,41 @@ fn sigterm_during_a_plugin_sleep_ends_the_run() {
         "{stderr}"
     );
 }
+
+/// Under `fvhost serve`, stopping a topology whose sink sleeps for an hour
+/// in `write` returns once the call is cut off at its `call_timeout`: the
+/// topology ends FAILED with the reason, and the server stays up.
+#[test]
+fn stopping_a_hosted_topology_during_a_plugin_sleep_returns() {
+    let s = Scratch::new();
+    let server = crate::serve::Server::start(&s, None);
+    let topology = topology(
+        "",
+        r#", misbehave = { call = "write", how = "sleep", at = 1 }"#,
+    )
+    .replace("call_timeout = \"1s\"", "call_timeout = \"3s\"");
+    let (status, body) = server.post("/topologies", &topology, None);
+    assert_eq!(status, 201, "{body}");
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (status, body) = server.post("/topologies/contained/stop", "", None);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the stop took {:?}",
+        started.elapsed()
+    );
+    assert!(status == 200 || status == 409, "{status}: {body}");
+    server.wait_until(
+        || server.state("contained") != "RUNNING",
+        "the topology ended",
+    );
+    let v = server.json("/topologies/contained");
+    assert_eq!(v["state"], "FAILED", "{v}");
+    assert!(
+        v["status"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("in `write`") && e.contains("call_timeout")),
+        "{v}"
+    );
+    assert_eq!(server.get("/healthz").0, 200, "the server is up");
+}

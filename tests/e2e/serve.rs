@@ -100,14 +100,14 @@ impl Server {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
 
-    fn state(&self, name: &str) -> String {
+    pub(crate) fn state(&self, name: &str) -> String {
         self.json(&format!("/topologies/{name}"))["state"]
             .as_str()
             .expect("state")
             .to_string()
     }
 
-    fn wait_until(&self, mut done: impl FnMut() -> bool, what: &str) {
+    pub(crate) fn wait_until(&self, mut done: impl FnMut() -> bool, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(90);
         while !done() {
             assert!(Instant::now() < deadline, "timed out waiting for: {what}");

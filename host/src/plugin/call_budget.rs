@@ -6,6 +6,10 @@
 //! current call's budget ends just after it, the guest resumes past its
 //! epoch deadline and traps at its next check — stopped like a busy loop.
 //!
+//! Host calls that take a timeout of the guest's choosing (the Kafka
+//! capability) get at most the rest of the budget the same way
+//! ([`HostState::within_call_budget`]).
+//!
 //! This module only caps waits; it never shortens one that fits the
 //! budget, and outside a guarded call (instantiation) it caps nothing.
 
@@ -103,8 +107,51 @@ pub(crate) fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// `asked`, cut to what is `left` of the call's budget (if it is in one).
+fn capped(asked: Duration, left: Option<Duration>) -> Duration {
+    left.map_or(asked, |left| asked.min(left))
+}
+
+impl HostState {
+    /// Run a host call `f` whose own timeout the guest asked to be
+    /// `asked_ms`, with at most the rest of the current call's budget. If
+    /// the cut timeout ran out, the guarded call has overrun its budget
+    /// and fails as a timeout when it returns.
+    pub(crate) fn within_call_budget<T>(
+        &mut self,
+        asked_ms: u32,
+        f: impl FnOnce(&mut Self, u32) -> T,
+    ) -> T {
+        let asked = Duration::from_millis(u64::from(asked_ms));
+        let left = self
+            .call_deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = capped(asked, left);
+        let started = Instant::now();
+        let result = f(self, timeout.as_millis() as u32);
+        if timeout < asked && started.elapsed() >= timeout {
+            self.blocked_past_budget = Some(asked);
+        }
+        result
+    }
+}
+
 impl GuestClock {
     fn now_nanos(&self) -> u64 {
         wasmtime_wasi::HostMonotonicClock::now(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_gets_at_most_the_rest_of_the_budget() {
+        let s = Duration::from_secs;
+        assert_eq!(capped(s(60), Some(s(2))), s(2));
+        assert_eq!(capped(s(1), Some(s(2))), s(1), "a wait that fits is kept");
+        assert_eq!(capped(s(60), Some(Duration::ZERO)), Duration::ZERO);
+        assert_eq!(capped(s(60), None), s(60), "outside a call nothing is cut");
     }
 }

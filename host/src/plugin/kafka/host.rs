@@ -48,7 +48,9 @@ impl HostConsumer for HostState {
         topic: Option<String>,
         timeout_ms: u32,
     ) -> Result<Vec<TopicMetadata>, KafkaError> {
-        self.consumer(&r)?.metadata(topic.as_deref(), timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.consumer(&r)?.metadata(topic.as_deref(), timeout_ms)
+        })
     }
 
     fn assign(
@@ -65,7 +67,9 @@ impl HostConsumer for HostState {
         position: PartitionOffset,
         timeout_ms: u32,
     ) -> Result<(), KafkaError> {
-        self.consumer(&r)?.seek(&position, timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.consumer(&r)?.seek(&position, timeout_ms)
+        })
     }
 
     fn fetch(
@@ -74,7 +78,9 @@ impl HostConsumer for HostState {
         max_messages: u32,
         timeout_ms: u32,
     ) -> Result<Vec<Message>, KafkaError> {
-        self.consumer(&r)?.fetch(max_messages, timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.consumer(&r)?.fetch(max_messages, timeout_ms)
+        })
     }
 
     fn pause(
@@ -109,8 +115,10 @@ impl HostConsumer for HostState {
         timestamp_ms: i64,
         timeout_ms: u32,
     ) -> Result<Vec<PartitionOffset>, KafkaError> {
-        self.consumer(&r)?
-            .offsets_for_time(&topic, &partitions, timestamp_ms, timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.consumer(&r)?
+                .offsets_for_time(&topic, &partitions, timestamp_ms, timeout_ms)
+        })
     }
 
     fn watermarks(
@@ -120,7 +128,9 @@ impl HostConsumer for HostState {
         partition: i32,
         timeout_ms: u32,
     ) -> Result<(i64, i64), KafkaError> {
-        self.consumer(&r)?.watermarks(&topic, partition, timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.consumer(&r)?.watermarks(&topic, partition, timeout_ms)
+        })
     }
 
     fn drop(&mut self, r: Resource<KafkaConsumer>) -> wasmtime::Result<()> {
@@ -150,7 +160,9 @@ impl HostProducer for HostState {
         topic: Option<String>,
         timeout_ms: u32,
     ) -> Result<Vec<TopicMetadata>, KafkaError> {
-        self.producer(&r)?.metadata(topic.as_deref(), timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?.metadata(topic.as_deref(), timeout_ms)
+        })
     }
 
     fn send(
@@ -162,7 +174,9 @@ impl HostProducer for HostState {
     }
 
     fn flush(&mut self, r: Resource<KafkaProducer>, timeout_ms: u32) -> Result<(), KafkaError> {
-        self.producer(&r)?.flush(timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?.flush(timeout_ms)
+        })
     }
 
     fn init_transactions(
@@ -170,7 +184,9 @@ impl HostProducer for HostState {
         r: Resource<KafkaProducer>,
         timeout_ms: u32,
     ) -> Result<(), KafkaError> {
-        self.producer(&r)?.init_transactions(timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?.init_transactions(timeout_ms)
+        })
     }
 
     fn begin_transaction(&mut self, r: Resource<KafkaProducer>) -> Result<(), KafkaError> {
@@ -184,8 +200,10 @@ impl HostProducer for HostState {
         group_id: String,
         timeout_ms: u32,
     ) -> Result<(), KafkaError> {
-        self.producer(&r)?
-            .send_offsets_to_transaction(&offsets, &group_id, timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?
+                .send_offsets_to_transaction(&offsets, &group_id, timeout_ms)
+        })
     }
 
     fn commit_transaction(
@@ -193,7 +211,9 @@ impl HostProducer for HostState {
         r: Resource<KafkaProducer>,
         timeout_ms: u32,
     ) -> Result<(), KafkaError> {
-        self.producer(&r)?.commit_transaction(timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?.commit_transaction(timeout_ms)
+        })
     }
 
     fn abort_transaction(
@@ -201,7 +221,9 @@ impl HostProducer for HostState {
         r: Resource<KafkaProducer>,
         timeout_ms: u32,
     ) -> Result<(), KafkaError> {
-        self.producer(&r)?.abort_transaction(timeout_ms)
+        self.within_call_budget(timeout_ms, |s, timeout_ms| {
+            s.producer(&r)?.abort_transaction(timeout_ms)
+        })
     }
 
     fn drop(&mut self, r: Resource<KafkaProducer>) -> wasmtime::Result<()> {
