@@ -221,18 +221,43 @@ fn malformed_csv_rows_can_be_skipped_and_the_rest_flows() {
         s.output_lines("out"),
         vec![r#"{"id":1,"amount":10.5}"#, r#"{"id":3,"amount":12.0}"#]
     );
-    // The plugin's log record lands in the host's log, tagged with plugin and task.
+    // Without a dead-letter sink the host logs what it dropped, naming
+    // the source, the file and line, and the reason.
     let logged = run
         .stderr
         .lines()
-        .find(|l| l.contains("skipping a bad row"))
+        .find(|l| l.contains("dropping records the source could not read"))
         .expect("the skipped row is logged");
     assert!(
-        logged.contains("line 3")
-            && logged.contains("plugin=\"file-source\"")
-            && logged.contains("task=\"orders[0]\""),
+        logged.contains("source=orders")
+            && logged.contains("first: data/orders.csv:3: ")
+            && logged.contains("eleven"),
         "{logged}"
     );
+}
+
+#[test]
+fn a_malformed_json_line_fails_the_run_naming_file_and_line() {
+    let s = Scratch::new();
+    s.write(
+        "data/orders.jsonl",
+        "{\"id\":1,\"amount\":10.5}\n{\"id\":2,\"amount\":\n{\"id\":3,\"amount\":12.0}\n",
+    );
+    s.write(
+        "t.toml",
+        &CSV_TOPOLOGY
+            .replace("orders.csv", "orders.jsonl")
+            .replace("BAD", "fail"),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stderr
+            .contains("malformed row in `data/orders.jsonl` line 2: Truncated record"),
+        "{}",
+        run.stderr
+    );
+    assert!(s.output_lines("out").is_empty());
 }
 
 #[test]

@@ -128,6 +128,37 @@ fn a_sink_misbehaving_in_commit_is_contained() {
     contained("sink", "commit", 1);
 }
 
+/// A sink that misbehaves in `abort` — called because the source failed —
+/// cannot hold the run up: it ends with the source's error, and the
+/// sink's is logged naming the call.
+#[test]
+fn a_sink_misbehaving_in_abort_does_not_hold_up_a_failing_run() {
+    for (how, said) in HOWS {
+        let s = Scratch::new();
+        s.write(
+            "t.toml",
+            &topology(
+                r#", misbehave = { call = "poll", how = "trap", at = 2 }"#,
+                &format!(r#", misbehave = {{ call = "abort", how = "{how}", at = 1 }}"#),
+            ),
+        );
+        let started = Instant::now();
+        let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+        let context = format!("abort {how}: exit {}: {}", run.code, run.stderr);
+        assert!(started.elapsed() < Duration::from_secs(120), "{context}");
+        assert_eq!(run.code, 1, "{context}");
+        assert!(
+            run.stderr
+                .contains("plugin `test-source` in src[0], in `poll`: trapped"),
+            "the run's error is the source's: {context}"
+        );
+        assert!(
+            run.stderr.contains("in `abort`") && run.stderr.contains(said),
+            "the sink's abort is reported: {context}"
+        );
+    }
+}
+
 /// A guest blocked in an hour-long sleep is cut off at its `call_timeout`,
 /// and a SIGTERM meanwhile ends the run — it does not wait the hour.
 #[cfg(unix)]

@@ -1,11 +1,19 @@
 //! Text rows (CSV, JSON lines) → one `RecordBatch`, decoding only the
-//! projected columns; a bad row is found row by row and named by file and
-//! line (or skipped, with `bad_rows = "skip"`).
+//! projected columns; and the rows that do not decode, each with its line,
+//! reason and text, for the caller to reject or fail on.
+//!
+//! Good blocks take one decode. Only when a block's decode fails (or
+//! yields another number of rows than it has) are its rows bisected:
+//! halves that decode are kept, halves that do not are cut again down to
+//! single rows, which are the bad ones — a few decodes per bad row, and
+//! every row is judged alone, by the same decode as a good block, so a
+//! row's fate never depends on its neighbours.
 //!
 //! With a projection, a row is checked only as far as the decoder reads it:
 //! - CSV: every row must still have the schema's number of fields (the
 //!   record splitter counts them all), but an unprojected field is never
-//!   parsed, so a value of the wrong type there no longer rejects the row;
+//!   parsed, so a value of the wrong type (or, on lines without quotes,
+//!   bytes that are not UTF-8) there no longer rejects the row;
 //! - JSON lines: every line must still be one well-formed JSON object,
 //!   but unprojected keys are skipped (the decoder is not strict), so a
 //!   value of the wrong type under such a key no longer rejects the row.
@@ -18,7 +26,7 @@ use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::{RecordBatch, RecordBatchOptions};
 use fv_plugin_sdk::arrow_schema::{ArrowError, SchemaRef};
-use fv_plugin_sdk::log;
+use fv_plugin_sdk::arrow_select::concat::concat_batches;
 
 use crate::Format;
 use crate::lines;
@@ -39,66 +47,113 @@ pub struct Codec {
     pub delimiter: u8,
 }
 
-/// Decode the rows of `lines` (in `bytes`); on a bad row, find it and
-/// report or skip it. `first_line` tells the number of the first line
-/// (only asked on the slow path: for a range it means counting lines).
-pub fn decode(
-    codec: &Codec,
-    bytes: &[u8],
-    lines: &lines::Lines,
-    first_line: &dyn Fn() -> Result<u64, String>,
-    skip_bad_rows: bool,
-    path: &str,
-) -> Result<RecordBatch, String> {
+/// The rows of one block that decoded, and those that did not.
+pub struct Decoded {
+    pub batch: RecordBatch,
+    /// In line order.
+    pub bad: Vec<BadRow>,
+}
+
+/// A row that does not decode.
+pub struct BadRow {
+    /// Its line, counted from 0 at the block's first line.
+    pub line: u64,
+    pub reason: String,
+    /// Its bytes, without the line end.
+    pub bytes: std::ops::Range<usize>,
+}
+
+/// (start, end, line index from 0) of a row in a block, without its line end.
+type Span = (usize, usize, u64);
+
+/// Decode the rows of `lines` (in `bytes`); rows that do not decode are
+/// returned apart, the block's other rows flow.
+pub fn decode(codec: &Codec, bytes: &[u8], lines: &lines::Lines) -> Result<Decoded, String> {
     let text = &bytes[lines.start..lines.end];
     // The common case: the lines go to the decoder as they are, no copy.
     // Any surprise (a bad row; a quoted field across a line end, which
     // would not line up rows with lines) takes the row-by-row path below.
-    if lines.plain {
-        let decoded = match narrow_plain_csv(codec, text, lines.rows) {
-            Some(Narrowed::Text(narrow)) => decode_narrowed(codec, &narrow, lines.rows),
-            Some(Narrowed::NoColumns) => RecordBatch::try_new_with_options(
-                Arc::clone(&codec.schema),
-                Vec::new(),
-                &RecordBatchOptions::new().with_row_count(Some(lines.rows)),
-            ),
-            None => decode_bytes(codec, text, lines.rows),
-        };
-        match decoded {
-            Ok(batch) if batch.num_rows() == lines.rows => return Ok(batch),
-            _ => {}
+    if lines.plain
+        && let Ok(batch) = decode_plain(codec, text, lines.rows)
+        && batch.num_rows() == lines.rows
+    {
+        return Ok(Decoded {
+            batch,
+            bad: Vec::new(),
+        });
+    }
+    let rows = row_spans(text, codec.format == Format::JsonLines);
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    bisect(codec, text, &rows, &mut good, &mut bad);
+    let batch = match good.len() {
+        0 => RecordBatch::new_empty(Arc::clone(&codec.schema)),
+        1 => good.remove(0),
+        _ => concat_batches(&codec.schema, &good)
+            .map_err(|e| format!("joining the good rows of a block: {e}"))?,
+    };
+    Ok(Decoded { batch, bad })
+}
+
+/// Decode `rows` at once; on failure, each half alone, down to single
+/// rows: a row that fails alone is bad.
+fn bisect(
+    codec: &Codec,
+    text: &[u8],
+    rows: &[Span],
+    good: &mut Vec<RecordBatch>,
+    bad: &mut Vec<BadRow>,
+) {
+    let Some(&(start, end, line)) = rows.first() else {
+        return;
+    };
+    let result = decode_rows(codec, text, rows);
+    match result {
+        Ok(batch) if batch.num_rows() == rows.len() => good.push(batch),
+        _ if rows.len() > 1 => {
+            let (first, second) = rows.split_at(rows.len() / 2);
+            bisect(codec, text, first, good, bad);
+            bisect(codec, text, second, good, bad);
+        }
+        Ok(batch) => bad.push(BadRow {
+            line,
+            reason: match (codec.format, batch.num_rows()) {
+                (Format::JsonLines, 0) => "the line holds no JSON object".into(),
+                (Format::JsonLines, n) => format!("the line holds {n} JSON values, not one"),
+                (_, 0) => "the line holds no complete row (a quote left open?)".into(),
+                (_, n) => format!("the line holds {n} rows, not one"),
+            },
+            bytes: start..end,
+        }),
+        Err(e) => {
+            // The full decode names columns by their place in the file,
+            // which a narrowed decode's error does not.
+            let e = match codec.format {
+                Format::Csv => decode_bytes(codec, &row_feed(text, rows), 1)
+                    .err()
+                    .unwrap_or(e),
+                _ => e,
+            };
+            bad.push(BadRow {
+                line,
+                reason: reason(codec, &e),
+                bytes: start..end,
+            });
         }
     }
-    // Line numbers count from 0 here; the first line's number is asked for
-    // only when a message needs it (for a later range it means reading the
-    // file up to the range, which must not happen per batch).
-    let rows = row_spans(text);
-    let all: Vec<usize> = (0..rows.len()).collect();
-    match decode_rows(codec, text, &rows, &all) {
-        Ok(batch) => Ok(batch),
-        Err(_) => {
-            // Slow path, only on bad input: test each row alone to name it.
-            let mut good = Vec::with_capacity(all.len());
-            for &i in &all {
-                match decode_rows(codec, text, &rows, &[i]) {
-                    Ok(_) => good.push(i),
-                    Err(e) => {
-                        let (s, end, line) = rows[i];
-                        let line = first_line()? + line;
-                        let text = String::from_utf8_lossy(&text[s..end.min(s + 200)]);
-                        let message = format!("`{path}` line {line}: {} (row: {text})", clean(&e));
-                        if skip_bad_rows {
-                            log::warn(&format!("skipping a bad row: {message}"));
-                        } else {
-                            return Err(format!(
-                                "malformed row in {message}; set bad_rows = \"skip\" in the source's config to drop such rows"
-                            ));
-                        }
-                    }
-                }
-            }
-            decode_rows(codec, text, &rows, &good).map_err(|e| format!("`{path}`: {}", clean(&e)))
-        }
+}
+
+/// Decode complete, `\n`-ended lines without empty ones: narrowed to the
+/// projected fields when that is exact, else as they are.
+fn decode_plain(codec: &Codec, text: &[u8], rows: usize) -> Result<RecordBatch, ArrowError> {
+    match narrow_plain_csv(codec, text, rows) {
+        Some(Narrowed::Text(narrow)) => decode_narrowed(codec, &narrow, rows),
+        Some(Narrowed::NoColumns) => RecordBatch::try_new_with_options(
+            Arc::clone(&codec.schema),
+            Vec::new(),
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        ),
+        None => decode_bytes(codec, text, rows),
     }
 }
 
@@ -132,9 +187,18 @@ fn narrow_plain_csv(codec: &Codec, text: &[u8], rows: usize) -> Option<Narrowed>
         *wanted.get_mut(i)? = true;
     }
     if projection.is_empty() {
-        // Only the field count of each line is checked.
-        let delimiters = memchr::memchr_iter(codec.delimiter, text).count();
-        return (delimiters == rows * (fields - 1)).then_some(Narrowed::NoColumns);
+        // Only the field count of each line is checked — line by line: in
+        // a total over the block, a field too many on one line and one too
+        // few on another would cancel out.
+        let (mut start, mut lines) = (0usize, 0usize);
+        for end in memchr::memchr_iter(b'\n', text) {
+            if memchr::memchr_iter(codec.delimiter, &text[start..end]).count() != fields - 1 {
+                return None;
+            }
+            start = end + 1;
+            lines += 1;
+        }
+        return (lines == rows && start == text.len()).then_some(Narrowed::NoColumns);
     }
     let mut out = Vec::with_capacity(text.len() / 2);
     let (mut field, mut start, mut lines) = (0usize, 0usize, 0usize);
@@ -177,9 +241,9 @@ fn decode_narrowed(codec: &Codec, text: &[u8], rows: usize) -> Result<RecordBatc
         .unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(&codec.schema))))
 }
 
-/// (start, end, line index from 0) of each non-empty row in `text`,
-/// without its line end.
-fn row_spans(text: &[u8]) -> Vec<(usize, usize, u64)> {
+/// The rows of `text`: its non-empty lines — for JSON lines, those not
+/// all blank either (a decoder reads no value there) — without line ends.
+fn row_spans(text: &[u8], json: bool) -> Vec<Span> {
     let mut rows = Vec::new();
     let mut start = 0;
     let mut line = 0;
@@ -190,7 +254,9 @@ fn row_spans(text: &[u8]) -> Vec<(usize, usize, u64)> {
         } else {
             end
         };
-        if content_end > start {
+        let content = &text[start..content_end];
+        let blank = content.is_empty() || (json && content.iter().all(u8::is_ascii_whitespace));
+        if !blank {
             rows.push((start, content_end, line));
         }
         line += 1;
@@ -199,20 +265,19 @@ fn row_spans(text: &[u8]) -> Vec<(usize, usize, u64)> {
     rows
 }
 
-/// Decode the chosen rows, each copied and ended with `\n`.
-fn decode_rows(
-    codec: &Codec,
-    text: &[u8],
-    spans: &[(usize, usize, u64)],
-    rows: &[usize],
-) -> Result<RecordBatch, ArrowError> {
-    let mut feed = Vec::with_capacity(text.len());
-    for &i in rows {
-        let (s, e, _) = spans[i];
+/// The chosen rows, each copied and ended with `\n`.
+fn row_feed(text: &[u8], rows: &[Span]) -> Vec<u8> {
+    let mut feed = Vec::with_capacity(rows.iter().map(|(s, e, _)| e - s + 1).sum());
+    for &(s, e, _) in rows {
         feed.extend_from_slice(&text[s..e]);
         feed.push(b'\n');
     }
-    decode_bytes(codec, &feed, rows.len())
+    feed
+}
+
+/// Decode the chosen rows, as a plain block would be.
+fn decode_rows(codec: &Codec, text: &[u8], rows: &[Span]) -> Result<RecordBatch, ArrowError> {
+    decode_plain(codec, &row_feed(text, rows), rows.len())
 }
 
 /// Decode `rows` complete, `\n`-ended rows in one batch of `codec.schema`.
@@ -281,4 +346,86 @@ fn clean(e: &ArrowError) -> String {
         }
     }
     text
+}
+
+/// The longest reason kept: a value quoted in it may be a whole field.
+const MAX_REASON: usize = 1024;
+
+/// Why one row, decoded alone, failed: without what the caller says
+/// anyway (the row's text; its line — the decoder saw this row alone, so
+/// its line numbers mean nothing), columns named, at most [`MAX_REASON`]
+/// bytes.
+fn reason(codec: &Codec, e: &ArrowError) -> String {
+    let mut text = clean(e);
+    if let Some(at) = text.find(". Row data: ") {
+        text.truncate(at);
+    }
+    text = without_line_numbers(&text);
+    if codec.format == Format::Csv {
+        // Columns from 0, fields (of the invalid UTF-8 message) from 1.
+        text = name_columns(&text, &codec.full_schema, "column ", 0);
+        text = name_columns(&text, &codec.full_schema, "field ", 1);
+    }
+    if text.len() > MAX_REASON {
+        let mut cut = MAX_REASON;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// The decoder's line numbers (it saw one row alone) taken out:
+/// ` at line N`, ` for line N,` and ` for line N and `.
+fn without_line_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" line ") {
+        let after = &rest[at + " line ".len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let before = &rest[..at];
+        let tail = &after[digits..];
+        if digits > 0 && before.ends_with(" at") {
+            out.push_str(&before[..before.len() - 3]);
+            rest = tail;
+        } else if digits > 0 && before.ends_with(" for") && tail.starts_with(" and ") {
+            // `for line 1 and field 2` → `for field 2`
+            out.push_str(before);
+            rest = &tail[" and".len()..];
+        } else if digits > 0 && before.ends_with(" for") && tail.starts_with(',') {
+            out.push_str(&before[..before.len() - 4]);
+            rest = tail;
+        } else {
+            out.push_str(&rest[..at + " line ".len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `column 2` → ``column `price` ``: `word` and a number, counted from
+/// `base`, become `word` and the name of that field of `schema`.
+fn name_columns(text: &str, schema: &SchemaRef, word: &str, base: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(word) {
+        let (before, after) = rest.split_at(at + word.len());
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let field = after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| i.checked_sub(base))
+            .and_then(|i| schema.fields().get(i));
+        match field {
+            Some(field) => out.push_str(&format!("`{}`", field.name())),
+            None => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }

@@ -13,6 +13,15 @@
 //! Rows are cut at line ends (a quoted CSV field may not span lines), which
 //! is what lets every error name the file and line of the bad row.
 //!
+//! A row that does not parse (a wrong type, a field too many or too few,
+//! bytes that are not UTF-8, a truncated last line, a line longer than
+//! [`lines::MAX_LINE`]) fails the source with its file, line and reason
+//! under `bad_rows = "fail"`; under `"skip"` it is a [`Rejected`] record —
+//! `path:line`, the reason, its first [`lines::HEAD`] bytes — that the host
+//! sends to the topology's `dead_letter` sink (or counts and logs), and the
+//! rest flows. Either way the position moves past it: a restart neither
+//! reads it again nor loses the rows around it.
+//!
 //! A projection ([`Source::push_down`]) narrows what is decoded: CSV and
 //! JSON lines parse only the projected fields (see `decode.rs` for what that
 //! means for bad rows), Parquet reads only the projected column chunks and
@@ -23,6 +32,8 @@
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
 
+#[cfg(test)]
+mod bad_rows_tests;
 mod decode;
 mod lines;
 #[cfg(test)]
@@ -42,7 +53,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_schema::SchemaRef;
-use fv_plugin_sdk::{ConfigError, Filter, Poll, Scan, Source, SplitPosition, TaskContext};
+use fv_plugin_sdk::{
+    ConfigError, Filter, Poll, Rejected, Scan, Source, SplitPosition, TaskContext,
+};
 
 use crate::decode::Codec;
 
@@ -65,7 +78,8 @@ pub struct Config {
     #[serde(default = "comma")]
     pub delimiter: char,
     /// What to do with a row that does not parse: `fail` (default) stops
-    /// the source with the file, line and reason; `skip` logs and drops it.
+    /// the source with the file, line and reason; `skip` rejects it (the
+    /// host sends it to the `dead_letter` sink, or counts and logs it).
     #[serde(default = "fail")]
     pub bad_rows: String,
     /// Rows read to infer the schema (default 1000).
@@ -119,6 +133,42 @@ struct SplitState {
     parquet: Option<parquet_file::ParquetCursor>,
     /// CSV and JSON lines: the open file (positioned at `offset`).
     text: Option<lines::LineReader>,
+    /// A range whose lines count from its first line: that line's offset
+    /// and the number of lines before it, once a message needed it.
+    lines_before: Option<(u64, u64)>,
+}
+
+impl SplitState {
+    /// The number in the file of the split's line `line` (counted like
+    /// `self.line`).
+    fn file_line(&mut self, line: u64) -> Result<u64, String> {
+        let Some(ByteRange {
+            origin: Origin::Line(at),
+            ..
+        }) = self.range
+        else {
+            return Ok(line);
+        };
+        let before = match self.lines_before {
+            Some((counted_at, before)) if counted_at == at => before,
+            // Reading the file up to the range: once per range.
+            _ => {
+                let before = lines::count_lines(&self.path, at)?;
+                self.lines_before = Some((at, before));
+                before
+            }
+        };
+        Ok(before + line)
+    }
+}
+
+/// A row of a block that will not be one, before its line is numbered.
+struct BadLine {
+    /// Counted from 0 at the block's first line.
+    line: u64,
+    reason: String,
+    /// Its first [`lines::HEAD`] bytes, as text.
+    head: String,
 }
 
 /// The part of a file one split reads: the lines that start before `end`.
@@ -362,22 +412,64 @@ impl Source for FileSource {
             return Err(format!("`{}` is not open", split.path));
         };
         let lines = reader.next_lines(max_rows.max(1), &split.path)?;
-        let (path, line, origin) = (&split.path, split.line, split.range.map(|r| r.origin));
-        let first_line = || match origin {
-            Some(Origin::Line(at)) => lines::count_lines(path, at).map(|before| before + line),
-            _ => Ok(line),
-        };
-        let batch = decode::decode(
-            &self.codec,
-            reader.bytes(),
-            &lines,
-            &first_line,
-            self.skip_bad_rows,
-            &split.path,
-        )?;
-        split.offset = lines.end_offset;
-        split.line += lines.lines;
-        split.done = lines.eof;
+        let decoded = decode::decode(&self.codec, reader.bytes(), &lines)?;
+        let text = &reader.bytes()[lines.start..lines.end];
+        let mut bad: Vec<BadLine> = decoded
+            .bad
+            .into_iter()
+            .map(|b| {
+                let row = &text[b.bytes];
+                BadLine {
+                    line: b.line,
+                    reason: kept_note(b.reason, row.len() as u64),
+                    head: head_text(row, row.len() > lines::HEAD),
+                }
+            })
+            .collect();
+        // Where the split stands after this poll: offset, lines, drained.
+        let mut past = (lines.end_offset, lines.lines, lines.eof);
+        if lines.too_long {
+            let reason = format!("a line longer than {} MiB", lines::MAX_LINE >> 20);
+            if self.skip_bad_rows {
+                // Streamed past, never held whole.
+                let skipped = reader.skip_line(&split.path)?;
+                bad.push(BadLine {
+                    line: lines.lines,
+                    reason: kept_note(reason, skipped.len),
+                    head: head_text(&skipped.head, true),
+                });
+                past = (skipped.end_offset, lines.lines + 1, skipped.eof);
+            } else {
+                // The reader stands at the line: what it read of it is here.
+                let rest = &reader.bytes()[lines.end..];
+                bad.push(BadLine {
+                    line: lines.lines,
+                    reason,
+                    head: head_text(&rest[..rest.len().min(lines::HEAD)], true),
+                });
+            }
+        }
+        let mut rejected = Vec::with_capacity(bad.len());
+        for b in bad {
+            let line = split.file_line(split.line + b.line)?;
+            if !self.skip_bad_rows {
+                let preview: String = b.head.chars().take(200).collect();
+                return Err(format!(
+                    "malformed row in `{}` line {line}: {} (row: {preview}); set bad_rows = \"skip\" in the source's config to reject such rows (to the topology's dead_letter sink) and read on",
+                    split.path, b.reason
+                ));
+            }
+            rejected.push(Rejected {
+                split: split.name.clone(),
+                location: format!("{}:{line}", split.path),
+                reason: b.reason,
+                record: b.head,
+            });
+        }
+        let (offset, lines_read, eof) = past;
+        split.offset = offset;
+        split.line += lines_read;
+        split.done = eof;
         if split.done {
             split.text = None;
         }
@@ -388,9 +480,34 @@ impl Source for FileSource {
         }
         Ok(Poll::Batch {
             positions,
-            batch,
-            rejected: Vec::new(),
+            batch: decoded.batch,
+            rejected,
         })
+    }
+}
+
+/// The first [`lines::HEAD`] bytes of a row as text (lossy UTF-8); `cut`:
+/// the row goes on, so a character cut in two at the end is dropped.
+fn head_text(row: &[u8], cut: bool) -> String {
+    let mut head = &row[..row.len().min(lines::HEAD)];
+    if cut
+        && let Err(e) = std::str::from_utf8(head)
+        && e.error_len().is_none()
+    {
+        head = &head[..e.valid_up_to()];
+    }
+    String::from_utf8_lossy(head).into_owned()
+}
+
+/// `reason`, saying so when a row of `len` bytes is kept only in part.
+fn kept_note(reason: String, len: u64) -> String {
+    if len > lines::HEAD as u64 {
+        format!(
+            "{reason} (the row is {len} bytes; its first {} KiB are kept)",
+            lines::HEAD >> 10
+        )
+    } else {
+        reason
     }
 }
 
@@ -433,6 +550,7 @@ fn text_splits(path: &str, offset: u64, line: u64, len: u64, split_bytes: u64) -
         done: false,
         parquet: None,
         text: None,
+        lines_before: None,
     };
     if len.saturating_sub(offset) <= split_bytes {
         return vec![whole(path.to_string(), None)];
@@ -481,6 +599,7 @@ fn parquet_splits(path: &str, sizes: &[u64], split_bytes: u64) -> Vec<SplitState
             done: false,
             parquet: None,
             text: None,
+            lines_before: None,
         })
         .collect()
 }

@@ -6,15 +6,24 @@
 //! byte offsets that become the split's position; it must never hand out
 //! a partial line (except the unterminated last line of the file), nor a
 //! line that starts at or past its limit (the end of its byte range).
+//!
+//! A line longer than [`MAX_LINE`] is never handed out: the reader stops
+//! before it ([`Lines::too_long`]) and [`LineReader::skip_line`] streams
+//! past it, keeping only its first [`HEAD`] bytes, so memory stays bounded
+//! whatever the file holds.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 /// Bytes asked of the file at a time.
 pub const READ_BLOCK: usize = 4 << 20;
-/// A line longer than this is refused (a file without line ends would
-/// otherwise be read whole into memory).
+/// A line longer than this (without its line end) is never handed out as
+/// a row: a file without line ends would otherwise be read whole into
+/// memory.
 pub const MAX_LINE: usize = 8 << 20;
+/// What is kept of a rejected line (the dead-letter record's `row`): its
+/// first 64 KiB, all that [`LineReader::skip_line`] holds of a long one.
+pub const HEAD: usize = 64 << 10;
 
 /// A file read from a byte offset on, line by line.
 pub struct LineReader {
@@ -45,6 +54,22 @@ pub struct Lines {
     /// The file offset just past `end`.
     pub end_offset: u64,
     /// The file is read to its end.
+    pub eof: bool,
+    /// The lines stop before a line longer than [`MAX_LINE`], which starts
+    /// at `end_offset` (it is not counted in `lines`); the reader stands
+    /// at it, and [`LineReader::skip_line`] goes past it.
+    pub too_long: bool,
+}
+
+/// A line [`LineReader::skip_line`] went past.
+pub struct SkippedLine {
+    /// Its first [`HEAD`] bytes (or all of it, if shorter).
+    pub head: Vec<u8>,
+    /// Its length in bytes, without its line end.
+    pub len: u64,
+    /// The file offset just past its line end.
+    pub end_offset: u64,
+    /// The file (or the byte range) is read to its end.
     pub eof: bool,
 }
 
@@ -102,12 +127,17 @@ impl LineReader {
     /// more blocks as needed. `path` is for messages.
     pub fn next_lines(&mut self, max_rows: usize, path: &str) -> Result<Lines, String> {
         let mut pos = self.start;
-        let (mut rows, mut lines, mut plain) = (0usize, 0u64, true);
+        let (mut rows, mut lines, mut plain, mut too_long) = (0usize, 0u64, true, false);
         while rows < max_rows {
             if self.base + pos as u64 >= self.limit {
                 break;
             }
             match memchr::memchr(b'\n', &self.buf[pos..]) {
+                // One comparison per line: the length is known anyway.
+                Some(i) if i > MAX_LINE => {
+                    too_long = true;
+                    break;
+                }
                 Some(i) => {
                     let end = pos + i + 1;
                     let content = &self.buf[pos..end - 1];
@@ -122,6 +152,10 @@ impl LineReader {
                     lines += 1;
                     pos = end;
                 }
+                None if self.buf.len() - pos > MAX_LINE => {
+                    too_long = true;
+                    break;
+                }
                 None if self.eof => {
                     // The last line of the file needs no line end.
                     if pos < self.buf.len() {
@@ -134,13 +168,6 @@ impl LineReader {
                     break;
                 }
                 None => {
-                    if self.buf.len() - pos > MAX_LINE {
-                        return Err(format!(
-                            "`{path}` byte {}: a line longer than {} MiB",
-                            self.base + pos as u64,
-                            MAX_LINE >> 20
-                        ));
-                    }
                     let consumed = pos - self.start;
                     self.fill(path)?;
                     pos = self.start + consumed;
@@ -154,11 +181,49 @@ impl LineReader {
             lines,
             plain,
             end_offset: self.base + pos as u64,
-            // Read to the file's end, or to the first line of the next range.
-            eof: (self.eof && pos == self.buf.len()) || self.base + pos as u64 >= self.limit,
+            eof: self.at_end(pos),
+            too_long,
         };
         self.start = pos;
         Ok(lines_out)
+    }
+
+    /// Go past the line the reader stands at (after [`Lines::too_long`]),
+    /// reading on block by block to its line end and keeping only its
+    /// first [`HEAD`] bytes.
+    pub fn skip_line(&mut self, path: &str) -> Result<SkippedLine, String> {
+        let start = self.base + self.start as u64;
+        let head_end = self.buf.len().min(self.start + HEAD);
+        let head = self.buf[self.start..head_end].to_vec();
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..]) {
+                let newline = self.base + (self.start + i) as u64;
+                self.start += i + 1;
+                return Ok(self.skipped(head, newline - start));
+            }
+            // What was read of it is dropped at the next fill.
+            self.start = self.buf.len();
+            if self.eof {
+                let end = self.base + self.start as u64;
+                return Ok(self.skipped(head, end - start));
+            }
+            self.fill(path)?;
+        }
+    }
+
+    fn skipped(&self, head: Vec<u8>, len: u64) -> SkippedLine {
+        SkippedLine {
+            head,
+            len,
+            end_offset: self.base + self.start as u64,
+            eof: self.at_end(self.start),
+        }
+    }
+
+    /// Nothing this reader owns is left from `buf[pos]` on: the file is
+    /// read to its end, or `pos` is the first line of the next range.
+    fn at_end(&self, pos: usize) -> bool {
+        (self.eof && pos == self.buf.len()) || self.base + pos as u64 >= self.limit
     }
 
     /// Drop what was handed out, then append one block from the file.
@@ -293,12 +358,41 @@ mod tests {
     }
 
     #[test]
-    fn refuses_a_line_longer_than_the_limit() {
+    fn stops_before_a_line_longer_than_the_limit_and_skips_it() {
+        // A long line among short ones, found whether or not its line end
+        // is in the buffer yet: it ends inside the third block read.
+        let long = "y".repeat(MAX_LINE + 1);
+        let text = format!("a\nb\n{long}\nc\n");
+        let (_f, mut r) = reader(&text);
+        let (chunk, l) = take(&mut r, 10);
+        assert_eq!(chunk, "a\nb\n");
+        assert_eq!((l.rows, l.lines, l.too_long, l.eof), (2, 2, true, false));
+        let skipped = r.skip_line("t").expect("skip");
+        assert_eq!(skipped.head, long.as_bytes()[..HEAD].to_vec());
+        assert_eq!(skipped.len, long.len() as u64);
+        assert_eq!(skipped.end_offset, 4 + long.len() as u64 + 1);
+        assert!(!skipped.eof);
+        let (chunk, l) = take(&mut r, 10);
+        assert_eq!((chunk.as_str(), l.too_long, l.eof), ("c\n", false, true));
+        assert_eq!(l.end_offset, text.len() as u64);
+        // A line of exactly the limit is a line like any other.
+        let (_f, mut r) = reader(&format!("{}\n", "z".repeat(MAX_LINE)));
+        let (_, l) = take(&mut r, 10);
+        assert_eq!((l.rows, l.too_long, l.eof), (1, false, true));
+    }
+
+    #[test]
+    fn skips_a_long_last_line_without_a_line_end_to_the_end_of_the_file() {
         let (_f, mut r) = reader(&"y".repeat(MAX_LINE + READ_BLOCK + 10));
-        let e = r.next_lines(1, "big.csv").err().expect("an error");
+        let l = r.next_lines(1, "big.csv").expect("lines");
+        assert_eq!((l.rows, l.lines, l.too_long, l.eof), (0, 0, true, false));
+        let skipped = r.skip_line("big.csv").expect("skip");
+        assert_eq!(skipped.len, (MAX_LINE + READ_BLOCK + 10) as u64);
+        assert_eq!(skipped.end_offset, skipped.len);
+        assert!(skipped.eof);
         assert!(
-            e.contains("`big.csv` byte 0: a line longer than 8 MiB"),
-            "{e}"
+            r.buf.len() <= MAX_LINE + 2 * READ_BLOCK,
+            "memory stays bounded"
         );
     }
 

@@ -9,11 +9,11 @@
 #[serde(deny_unknown_fields)]
 pub struct Misbehave {
     /// The call: `open`, `poll`, `committed` (sources); `open`, `write`,
-    /// `prepare`, `commit` (sinks).
+    /// `prepare`, `commit`, `abort` (sinks).
     pub call: String,
     /// `trap`, `loop`, `hog` or `sleep`.
     pub how: String,
-    /// Which one: the epoch for `prepare`/`commit`/`committed`, the call's
+    /// Which one: the epoch for `prepare`/`commit`/`abort`/`committed`, the call's
     /// count (from 1) for `poll`/`write`; ignored for `open`.
     #[serde(default = "first")]
     pub at: u64,

@@ -5,7 +5,7 @@
 //!
 //! `misbehave = { call, how, at }` makes it trap, spin, exhaust its memory
 //! or sleep for an hour in `open`, the `at`-th `write`, or `prepare` /
-//! `commit` of epoch `at` (see `tests/plugins/shared/misbehave.rs`).
+//! `commit` / `abort` of epoch `at` (see `tests/plugins/shared/misbehave.rs`).
 
 #[path = "../../shared/misbehave.rs"]
 mod misbehave;
@@ -37,7 +37,7 @@ impl Sink for TestSink {
 
     fn open(config: Config, _input: SchemaRef, _task: &TaskContext) -> Result<Self, ConfigError> {
         if let Some(m) = &config.misbehave {
-            m.check(&["open", "write", "prepare", "commit"])
+            m.check(&["open", "write", "prepare", "commit", "abort"])
                 .map_err(|(key, message)| ConfigError::at(&key, message))?;
         }
         misbehave::maybe(&config.misbehave, "open", 0);
@@ -83,7 +83,8 @@ impl Sink for TestSink {
         Ok(())
     }
 
-    fn abort(&mut self, _epoch: u64) -> Result<(), String> {
+    fn abort(&mut self, epoch: u64) -> Result<(), String> {
+        misbehave::maybe(&self.misbehave, "abort", epoch);
         Ok(())
     }
 }
