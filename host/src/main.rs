@@ -167,13 +167,26 @@ enum Command {
         /// Where hosted topologies, their checkpoints and status records live.
         #[arg(long, env = "FVHOST_DATA_DIR", default_value = ".fvhost-serve")]
         data_dir: PathBuf,
-        /// Bearer token required by every mutating call (POST, DELETE).
-        #[arg(long, env = "FVHOST_TOKEN", hide_env_values = true)]
+        /// The admin token (submit, stop, start, delete, and every read),
+        /// from FVHOST_TOKEN. With any token set, every route but /healthz
+        /// and /readyz needs one. (A value on the command line shows in the
+        /// process list: prefer the variable or --token-file.)
+        #[arg(long, env = "FVHOST_TOKEN", hide_env_values = true, hide = true)]
         token: Option<String>,
-        /// Read the bearer token from this file instead.
+        /// Read the admin token from this file.
         #[arg(long, conflicts_with = "token")]
         token_file: Option<PathBuf>,
-        /// Allow binding a non-loopback address without a token.
+        /// The read token (list, status, tail, metrics), from
+        /// FVHOST_READ_TOKEN.
+        #[arg(long, env = "FVHOST_READ_TOKEN", hide_env_values = true, hide = true)]
+        read_token: Option<String>,
+        /// Read the read token from this file.
+        #[arg(long, conflicts_with = "read_token")]
+        read_token_file: Option<PathBuf>,
+        /// Let scrapers read /metrics without a token.
+        #[arg(long)]
+        metrics_open: bool,
+        /// Allow binding a non-loopback address without an admin token.
         #[arg(long)]
         insecure: bool,
     },
@@ -495,18 +508,39 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             data_dir,
             token,
             token_file,
+            read_token,
+            read_token_file,
+            metrics_open,
             insecure,
         } => {
-            let token = match token_file {
-                Some(f) => Some(
-                    std::fs::read_to_string(&f)
-                        .with_context(|| format!("reading the token file {}", f.display()))?
-                        .trim()
-                        .to_string(),
-                ),
-                None => token,
+            for flag in ["--token", "--read-token"] {
+                let eq = format!("{flag}=");
+                if std::env::args().any(|a| a == flag || a.starts_with(&eq)) {
+                    eprintln!(
+                        "warning: {flag} puts the secret in the process list; use {} or {flag}-file",
+                        if flag == "--token" {
+                            "FVHOST_TOKEN"
+                        } else {
+                            "FVHOST_READ_TOKEN"
+                        }
+                    );
+                }
             }
-            .filter(|t| !t.is_empty());
+            let secret =
+                |value: Option<String>, file: Option<PathBuf>| -> anyhow::Result<Option<String>> {
+                    Ok(match file {
+                        Some(f) => Some(
+                            std::fs::read_to_string(&f)
+                                .with_context(|| format!("reading the token file {}", f.display()))?
+                                .trim()
+                                .to_string(),
+                        ),
+                        None => value,
+                    }
+                    .filter(|t| !t.is_empty()))
+                };
+            let token = secret(token, token_file)?;
+            let read_token = secret(read_token, read_token_file)?;
             if !bind.ip().is_loopback() && token.is_none() && !insecure {
                 eprintln!(
                     "error: refusing to serve on {bind} without a token: anyone who can reach it could run code; set FVHOST_TOKEN (or --token-file), or pass --insecure"
@@ -516,15 +550,21 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let engine = Arc::new(engine(cli.cache_dir)?);
             let notify = Arc::new(tokio::sync::Notify::new());
             let n = Arc::clone(&notify);
+            let signals = std::sync::atomic::AtomicU32::new(0);
             ctrlc::set_handler(move || {
-                eprintln!("\nstopping: every topology takes a final checkpoint");
+                if signals.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+                    eprintln!("\nfvhost serve: second signal, exiting now (topologies resume from their last checkpoint)");
+                    std::process::exit(130);
+                }
+                eprintln!("\nstopping: every topology takes a final checkpoint (press Ctrl-C again to exit now)");
                 n.notify_one();
             })
             .context("installing the Ctrl-C handler")?;
             let config = fvhost::serve::ServeConfig {
                 bind,
                 data_dir,
-                token,
+                tokens: fvhost::serve::auth::Tokens::new(token.as_deref(), read_token.as_deref()),
+                metrics_open,
             };
             fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)

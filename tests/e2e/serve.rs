@@ -16,31 +16,60 @@ const TOKEN: &str = "s3cret-token";
 pub(crate) struct Server {
     child: Child,
     addr: String,
+    /// The token its reads (`get`, `json`) carry.
+    reader: Option<String>,
+    /// Its stderr, line by line.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
+    /// A server whose admin token is `token` (reads carry it too).
     pub(crate) fn start(s: &Scratch, token: Option<&str>) -> Server {
         let env: Vec<(&str, &str)> = token.map(|t| ("FVHOST_TOKEN", t)).into_iter().collect();
-        let mut child = s.spawn_fvhost_env(
-            &["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"],
-            &env,
-        );
+        Server::start_with(s, &env, &[], token)
+    }
+
+    /// A server with `env` and extra `args`, whose reads carry `reader`.
+    pub(crate) fn start_with(
+        s: &Scratch,
+        env: &[(&str, &str)],
+        args: &[&str],
+        reader: Option<&str>,
+    ) -> Server {
+        let mut argv = vec!["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"];
+        argv.extend(args);
+        let mut child = s.spawn_fvhost_env(&argv, env);
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&log);
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = line.split("listening on http://").nth(1) {
                     let _ = tx.send(addr.trim().to_string());
                 }
+                if let Ok(mut log) = kept.lock() {
+                    log.push(line);
+                }
             }
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("the server printed its address");
-        let server = Server { child, addr };
+        let server = Server {
+            child,
+            addr,
+            reader: reader.map(str::to_string),
+            log,
+        };
         server.wait_until(|| server.get("/readyz").0 == 200, "ready");
         server
+    }
+
+    /// What the server printed on stderr so far.
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
     fn request(
@@ -87,7 +116,11 @@ impl Server {
     }
 
     pub(crate) fn get(&self, path: &str) -> (u16, String) {
-        self.request("GET", path, b"", "text/plain", None)
+        self.get_as(path, self.reader.as_deref())
+    }
+
+    pub(crate) fn get_as(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        self.request("GET", path, b"", "text/plain", token)
     }
 
     pub(crate) fn post(&self, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
@@ -521,16 +554,162 @@ fn the_command_line_drives_a_server() {
 /// Debian's Chromium (`.ci/run` installs it).
 const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// The server's tokens in the role tests.
+const ADMIN: &str = "admin-7f3e";
+const READER: &str = "reader-91c2";
+
+fn start_with_roles(s: &Scratch, args: &[&str]) -> Server {
+    Server::start_with(
+        s,
+        &[("FVHOST_TOKEN", ADMIN), ("FVHOST_READ_TOKEN", READER)],
+        args,
+        Some(READER),
+    )
+}
+
+/// With tokens, every route but the health checks needs one; the read
+/// token reads (header or `?token=`), only the admin token changes things.
+#[test]
+fn reads_need_a_token_and_the_read_token_cannot_change_anything() {
+    let s = Scratch::new();
+    let server = start_with_roles(&s, &[]);
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(server.get_as(path, None).0, 200, "{path} is open");
+    }
+    for path in [
+        "/topologies",
+        "/metrics",
+        "/",
+        "/openapi.json",
+        "/topologies/x/stages/y/tail",
+    ] {
+        let (status, body) = server.get_as(path, None);
+        assert_eq!(status, 401, "{path} without a token: {body}");
+        assert!(body.contains("needs a token"), "{body}");
+        assert_eq!(
+            server.get_as(path, Some("guess")).0,
+            401,
+            "{path}, wrong token"
+        );
+    }
+    assert_eq!(server.get_as("/topologies", Some(READER)).0, 200);
+    assert_eq!(server.get_as("/topologies", Some(ADMIN)).0, 200);
+    assert_eq!(
+        server
+            .get_as(&format!("/topologies?token={READER}"), None)
+            .0,
+        200,
+        "a browser's token in the query"
+    );
+    assert_eq!(server.get_as("/metrics", Some(READER)).0, 200);
+
+    let topology = sequence("guarded", 1_000_000, 2_000);
+    let (status, body) = server.post("/topologies", &topology, Some(READER));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("needs the admin token"), "{body}");
+    let (status, body) = server.post(&format!("/topologies?token={ADMIN}"), &topology, None);
+    assert_eq!(status, 401, "no query token for a POST: {body}");
+    let (status, body) = server.post("/topologies", &topology, Some(ADMIN));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        server.post("/topologies/guarded/stop", "", Some(READER)).0,
+        403
+    );
+    assert_eq!(
+        server.state("guarded"),
+        "RUNNING",
+        "the read token stopped nothing"
+    );
+    assert_eq!(
+        server.post("/topologies/guarded/stop", "", Some(ADMIN)).0,
+        200
+    );
+    assert_eq!(server.state("guarded"), "STOPPED");
+}
+
+#[test]
+fn metrics_are_opened_to_scrapers_only_by_the_flag() {
+    let s = Scratch::new();
+    let server = start_with_roles(&s, &["--metrics-open"]);
+    let (status, body) = server.get_as("/metrics", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("# TYPE"), "{body}");
+    assert_eq!(
+        server.get_as("/topologies", None).0,
+        401,
+        "nothing else opens"
+    );
+}
+
+/// SIGTERM with a watcher connected: the tail stream ends, every topology
+/// stops with a final checkpoint (printed), and the server exits.
+#[cfg(unix)]
+#[test]
+fn sigterm_ends_tail_streams_and_stops_every_topology_with_a_final_checkpoint() {
+    let s = Scratch::new();
+    let mut server = Server::start(&s, None);
+    let (status, body) = server.post("/topologies", &sequence("watched", 1_000_000, 2_000), None);
+    assert_eq!(status, 201, "{body}");
+    server.wait_until(
+        || server.json("/topologies/watched")["status"]["last_committed_epoch"].is_u64(),
+        "a first checkpoint",
+    );
+    // A watcher that never hangs up.
+    let mut watcher = TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        watcher,
+        "GET /topologies/watched/stages/nums/tail HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr
+    )
+    .expect("request");
+    let mut first = [0u8; 64];
+    let n = watcher.read(&mut first).expect("the stream started");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+
+    let pid = server.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the server did not exit with a watcher connected: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}: {}", server.log());
+    // The watcher's stream ended rather than being cut off mid-event.
+    watcher
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    let _ = watcher.read_to_end(&mut rest);
+    std::thread::sleep(Duration::from_millis(200));
+    let log = server.log();
+    assert!(
+        log.contains("`watched` stopped with a final checkpoint, epoch"),
+        "{log}"
+    );
+}
+
 #[test]
 fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
     let s = Scratch::new();
-    let server = Server::start(&s, None);
+    // Behind tokens: the page and its calls carry the read token.
+    let server = start_with_roles(&s, &[]);
     let topology = evens("paged");
-    let (status, body) = server.post("/topologies", &topology, None);
+    let (status, body) = server.post("/topologies", &topology, Some(ADMIN));
     assert_eq!(status, 201, "{body}");
     let profile = tempfile::tempdir().expect("profile");
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
-    let url = format!("http://{}/", server.addr);
+    let url = format!("http://{}/?token={READER}", server.addr);
     let browser = |extra: &str| {
         std::process::Command::new(CHROMIUM)
             .args([
@@ -576,7 +755,7 @@ fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
         "a PNG screenshot at {}",
         shot.display()
     );
-    let (status, _) = server.post("/topologies/paged/stop", "", None);
+    let (status, _) = server.post("/topologies/paged/stop", "", Some(ADMIN));
     assert_eq!(status, 200);
 }
 

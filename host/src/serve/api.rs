@@ -1,5 +1,5 @@
-//! The HTTP API (axum): routes, bearer-token auth on every mutating call,
-//! body size limit, and JSON errors `{"error": …, "errors": [… line and
+//! The HTTP API (axum): routes, token auth with two roles on every route
+//! but the health checks ([`super::auth`]), body size limit, and JSON errors `{"error": …, "errors": [… line and
 //! key …]}`. Handlers hand the work to [`TopologySet`] on blocking threads.
 
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::auth::{self, Role, Tokens};
 use super::hosted::{ServeError, TopologySet};
 use super::{openapi, prometheus};
 
@@ -25,10 +26,25 @@ pub const BODY_LIMIT: usize = 1 << 20;
 pub struct ApiState {
     /// The hosted topologies.
     pub set: Arc<TopologySet>,
-    /// The bearer token mutating calls need, if any.
-    pub token: Option<String>,
+    /// The admin and read tokens.
+    pub tokens: Tokens,
+    /// Whether `/metrics` is open to scrapers without a token.
+    pub metrics_open: bool,
     /// Whether the topologies of the data directory have been resumed.
     pub ready: AtomicBool,
+    /// Set when the server shuts down: every tail stream ends, so the
+    /// graceful shutdown does not wait on watchers for ever.
+    pub closing: AtomicBool,
+    /// Wakes the tail streams when `closing` is set.
+    pub closed: tokio::sync::Notify,
+}
+
+impl ApiState {
+    /// End every tail stream (the server is shutting down).
+    pub fn close_streams(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.closed.notify_waiters();
+    }
 }
 
 /// An error as the API answers it.
@@ -95,24 +111,35 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .with_state(state)
 }
 
-/// Mutating calls need `Authorization: Bearer <token>` when a token is set.
+/// With tokens set, every guarded route needs one: a read token for
+/// reads, the admin token for anything that changes a topology.
 async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
-    let mutating = !matches!(*request.method(), Method::GET | Method::HEAD);
-    if let (true, Some(token)) = (mutating, &state.token) {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            let message = match given {
-                None => "this call needs `Authorization: Bearer <token>` (the server's token)",
-                Some(_) => "the bearer token is wrong",
-            };
-            return ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
-        }
+    let tokens = &state.tokens;
+    if !tokens.any() || auth::is_open(request.uri().path(), state.metrics_open) {
+        return next.run(request).await;
     }
-    next.run(request).await
+    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let given = auth::given(header, request.uri().query(), reading);
+    let refusal = match given.map(|g| tokens.role(g)) {
+        None => Some((
+            StatusCode::UNAUTHORIZED,
+            "this call needs a token: `Authorization: Bearer <token>` (or `?token=` on a GET), the server's read or admin token",
+        )),
+        Some(None) => Some((StatusCode::UNAUTHORIZED, "the token is wrong")),
+        Some(Some(Role::Read)) if !reading => Some((
+            StatusCode::FORBIDDEN,
+            "the read token cannot submit, stop, start or delete: this call needs the admin token",
+        )),
+        Some(Some(_)) => None,
+    };
+    match refusal {
+        Some((status, message)) => ApiError::new(status, message).into_response(),
+        None => next.run(request).await,
+    }
 }
 
 /// Run blocking work (planning, stopping) off the async threads.
@@ -262,8 +289,13 @@ async fn tail(
     use futures::StreamExt;
     let set = Arc::clone(&state.set);
     let subscription = blocking(move || set.subscribe(&name, &stage, TAIL_BUFFER)).await?;
-    let events = futures::stream::unfold(subscription, |sub| async move {
+    let events = futures::stream::unfold((subscription, state), |(sub, state)| async move {
         loop {
+            // Registered before the check, so a close in between wakes it.
+            let closed = state.closed.notified();
+            if state.closing.load(Ordering::SeqCst) {
+                return None;
+            }
             let (rows, missed) = sub.take();
             if !rows.is_empty() || missed > 0 {
                 let mut events = Vec::with_capacity(rows.len() + 1);
@@ -271,9 +303,13 @@ async fn tail(
                     events.push(Event::default().event("missed").data(missed.to_string()));
                 }
                 events.extend(rows.into_iter().map(|r| Event::default().data(r)));
-                return Some((futures::stream::iter(events), sub));
+                drop(closed);
+                return Some((futures::stream::iter(events), (sub, state)));
             }
-            sub.notify.notified().await;
+            tokio::select! {
+                () = sub.notify.notified() => {}
+                () = closed => return None,
+            }
         }
     })
     .flatten()

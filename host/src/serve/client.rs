@@ -76,7 +76,11 @@ impl ServerClient {
 
     /// `GET path`.
     pub fn get(&self, path: &str) -> Result<Answer, ClientError> {
-        let result = self.agent.get(self.url(path)).call();
+        let mut request = self.agent.get(self.url(path));
+        if let Some(b) = self.bearer() {
+            request = request.header("Authorization", b);
+        }
+        let result = request.call();
         self.answer(path, result)
     }
 
@@ -112,14 +116,14 @@ impl ServerClient {
         mut on_row: impl FnMut(&str) -> bool,
         mut on_missed: impl FnMut(u64),
     ) -> Result<Answer, ClientError> {
-        let result = self
+        let mut request = self
             .agent
             .get(self.url(path))
-            .header("Accept", "text/event-stream")
-            .config()
-            .timeout_global(None)
-            .build()
-            .call();
+            .header("Accept", "text/event-stream");
+        if let Some(b) = self.bearer() {
+            request = request.header("Authorization", b);
+        }
+        let result = request.config().timeout_global(None).build().call();
         let response = result.map_err(|e| self.fail(path, e))?;
         let status = response.status().as_u16();
         if status != 200 {

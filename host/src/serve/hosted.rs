@@ -364,16 +364,29 @@ impl TopologySet {
     /// final epoch and stays RUNNING in its desired state, so the next
     /// server resumes it.
     pub fn shutdown(&self) {
-        let runs: Vec<ActiveRun> = self
+        let runs: Vec<(String, ActiveRun)> = self
             .lock()
-            .values_mut()
-            .filter_map(|e| e.run.take())
+            .iter_mut()
+            .filter_map(|(name, e)| e.run.take().map(|r| (name.clone(), r)))
             .collect();
-        for run in &runs {
+        for (_, run) in &runs {
             run.control.request_stop();
         }
-        for run in runs {
-            let _ = join(run.thread);
+        for (name, run) in runs {
+            let control = Arc::clone(&run.control);
+            let (state, error) = join(run.thread);
+            // The operator's record of what each topology resumes from.
+            let epoch = control
+                .last_commit()
+                .map_or("no checkpoint".to_string(), |(e, _, _)| {
+                    format!("epoch {e}")
+                });
+            match error {
+                Some(e) => eprintln!("fvhost serve: `{name}` ended {state:?} at {epoch}: {e}"),
+                None => {
+                    eprintln!("fvhost serve: `{name}` stopped with a final checkpoint, {epoch}")
+                }
+            }
         }
     }
 }

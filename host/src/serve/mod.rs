@@ -8,6 +8,7 @@
 //! runs through `runtime` and reads their counters.
 
 pub mod api;
+pub mod auth;
 pub mod client;
 mod hosted;
 mod openapi;
@@ -30,8 +31,10 @@ pub struct ServeConfig {
     pub bind: SocketAddr,
     /// Where topologies, their checkpoints and status records live.
     pub data_dir: PathBuf,
-    /// Bearer token for mutating calls.
-    pub token: Option<String>,
+    /// The admin and read tokens.
+    pub tokens: auth::Tokens,
+    /// Whether `/metrics` is open to scrapers without a token.
+    pub metrics_open: bool,
 }
 
 /// Why the server could not run.
@@ -61,8 +64,11 @@ pub fn serve(
         .map_err(|e| ServerError::Start(format!("starting the async runtime: {e}")))?;
     let state = Arc::new(api::ApiState {
         set: Arc::clone(&set),
-        token: config.token.clone(),
+        tokens: config.tokens.clone(),
+        metrics_open: config.metrics_open,
         ready: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        closed: tokio::sync::Notify::new(),
     });
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.bind)
@@ -81,8 +87,14 @@ pub fn serve(
             }
             resume.ready.store(true, Ordering::Relaxed);
         });
+        let closing = Arc::clone(&state);
         axum::serve(listener, api::router(state))
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                // Tail streams never end on their own: end them, or the
+                // graceful shutdown would wait on every watcher.
+                closing.close_streams();
+            })
             .await
             .map_err(|e| ServerError::Start(format!("serving: {e}")))
     })?;

@@ -8,7 +8,7 @@ pub const DOCUMENT: &str = r##"{
   "info": {
     "title": "fvhost control plane",
     "version": "0.1.0",
-    "description": "Host many topologies in one process: submit, start, stop, watch. Mutating calls need `Authorization: Bearer <token>` when the server has a token (FVHOST_TOKEN or --token-file)."
+    "description": "Host many topologies in one process: submit, start, stop, watch. With tokens set, every route but /healthz and /readyz needs `Authorization: Bearer <token>` (or `?token=` on a GET): the read token (FVHOST_READ_TOKEN) for reads, the admin token (FVHOST_TOKEN) for submit, stop, start and delete."
   },
   "paths": {
     "/topologies": {
