@@ -862,3 +862,53 @@ fn a_hosted_topologys_state_is_locked_against_other_runs() {
     let (status, _) = server.post("/topologies/owned/stop", "", None);
     assert_eq!(status, 200);
 }
+
+/// Two concurrent submits of one name: one is created, the other gets
+/// 409; the winner keeps running with its directory intact. A refused
+/// submission creates nothing — not where the server was started, not in
+/// the data directory.
+#[test]
+fn concurrent_submits_of_one_name_create_one_and_refusals_leave_nothing() {
+    let s = Scratch::new();
+    let server = std::sync::Arc::new(Server::start(&s, None));
+    let text = sequence("twin", 1_000_000, 2_000);
+    let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let server = std::sync::Arc::clone(&server);
+                let text = text.clone();
+                scope.spawn(move || server.post("/topologies", &text, None))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("join")).collect()
+    });
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    let refused = answers.iter().filter(|(s, _)| *s == 409).count();
+    assert_eq!((created, refused), (1, 3), "{answers:?}");
+    assert_eq!(server.state("twin"), "RUNNING");
+    assert!(
+        s.path()
+            .join("data/topologies/twin/topology.toml")
+            .is_file(),
+        "the winner's directory is intact"
+    );
+    server.wait_until(
+        || server.json("/topologies/twin")["status"]["last_committed_epoch"].is_u64(),
+        "the winner checkpoints",
+    );
+
+    let refused = sequence("refused", 10, 0)
+        .replace("allow_write = [\"out\"]", "allow_write = [\"made_here\"]")
+        .replace("plugin = \"generator\"", "plugin = \"no-such-plugin\"");
+    let (status, body) = server.post("/topologies", &refused, None);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        !s.path().join("made_here").exists(),
+        "nothing in the server's directory"
+    );
+    assert!(
+        !s.path().join("data/topologies/refused").exists(),
+        "nothing in the data directory"
+    );
+    assert_eq!(server.post("/topologies/twin/stop", "", None).0, 200);
+}

@@ -108,6 +108,43 @@ pub struct TopologySet {
     data_dir: PathBuf,
     engine: Arc<PluginEngine>,
     hosted: Mutex<BTreeMap<String, Hosted>>,
+    /// Names being submitted: taken before the (slow) planning, so two
+    /// concurrent submits of one name cannot both go ahead.
+    reserved: Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// A name reserved for a submit in progress, released on drop.
+struct Reservation<'a> {
+    set: &'a TopologySet,
+    name: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.set
+            .reserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.name);
+    }
+}
+
+/// The `name` of a submitted topology, read without parsing the rest
+/// (which resolves grants, so it must run against the topology's own
+/// directory, not the server's).
+#[derive(serde::Deserialize)]
+struct NameOnly {
+    name: Option<String>,
+}
+
+/// A name usable as a directory of the data directory.
+fn valid_topology_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with('-')
 }
 
 const DESIRED_FILE: &str = "desired";
@@ -123,6 +160,7 @@ impl TopologySet {
             data_dir: data_dir.to_path_buf(),
             engine,
             hosted: Mutex::new(BTreeMap::new()),
+            reserved: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -180,22 +218,49 @@ impl TopologySet {
     /// Validate `text` exactly like `fvhost validate`, store it and start
     /// it. Nothing is left behind when it does not validate.
     pub fn submit(&self, text: &str) -> Result<TopologyView, ServeError> {
-        // Parse first under a neutral path to learn the name.
-        let probe = Topology::parse(Path::new(TOPOLOGY_FILE), text).map_err(invalid)?;
-        let name = probe.name.clone();
-        let dir = self.dir_of(&name);
-        if self.lock().contains_key(&name) || dir.join(TOPOLOGY_FILE).exists() {
-            return Err(ServeError::Conflict(format!(
-                "a topology named `{name}` exists already; stop and delete it first, or give this one another `name`"
-            )));
+        // Learn the name without the side effects of a full parse; text
+        // that is not TOML gets the parser's diagnostics (which stop at
+        // the syntax, before any grant).
+        let name = match toml::from_str::<NameOnly>(text) {
+            Ok(n) => n.name.unwrap_or_else(|| "topology".into()),
+            Err(_) => {
+                Topology::parse(Path::new(TOPOLOGY_FILE), text).map_err(invalid)?;
+                return Err(ServeError::Invalid(vec![
+                    "the topology is not valid TOML".into(),
+                ]));
+            }
+        };
+        if !valid_topology_name(&name) {
+            return Err(ServeError::Invalid(vec![format!(
+                "`name = \"{name}\"` is not a valid topology name: use letters, digits, `_` and `-`"
+            )]));
         }
+        let dir = self.dir_of(&name);
+        let _reservation = {
+            let hosted = self.lock();
+            let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+            if hosted.contains_key(&name)
+                || reserved.contains(&name)
+                || dir.join(TOPOLOGY_FILE).exists()
+            {
+                return Err(ServeError::Conflict(format!(
+                    "a topology named `{name}` exists already (or is being submitted); stop and delete it first, or give this one another `name`"
+                )));
+            }
+            reserved.insert(name.clone());
+            Reservation {
+                set: self,
+                name: name.clone(),
+            }
+        };
         // Relative paths in the topology resolve against its directory
         // (parsing creates `allow_write` directories); a refusal removes
         // what it made, so nothing is left behind.
         let existed = dir.exists();
-        let graph = graph_of(&probe);
+        let mut graph = Vec::new();
         let planned = Topology::parse(&dir.join(TOPOLOGY_FILE), text)
             .and_then(|mut t| {
+                graph = graph_of(&t);
                 // Registry plugins resolve against the server's registry;
                 // the lock is kept beside the hosted topology.
                 crate::registry::lock::resolve_with_defaults(&mut t)?;
