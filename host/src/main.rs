@@ -186,6 +186,22 @@ enum Command {
         /// Let scrapers read /metrics without a token.
         #[arg(long)]
         metrics_open: bool,
+        /// Topologies hosted at once.
+        #[arg(long, default_value_t = 32)]
+        max_topologies: usize,
+        /// Tasks of one source, stage or sink.
+        #[arg(long, default_value_t = 16)]
+        max_parallelism: u32,
+        /// Tasks of one topology, all nodes together.
+        #[arg(long, default_value_t = 64)]
+        max_tasks: u32,
+        /// Plugin memory of one topology: memory_limit summed over its
+        /// plugin instances.
+        #[arg(long, default_value = "8GiB", value_parser = parse_size_arg)]
+        max_plugin_memory: usize,
+        /// Watchers (tail) of one topology at once; more get 429.
+        #[arg(long, default_value_t = 16)]
+        max_watchers: usize,
         /// Allow binding a non-loopback address without an admin token.
         #[arg(long)]
         insecure: bool,
@@ -511,6 +527,11 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             read_token,
             read_token_file,
             metrics_open,
+            max_topologies,
+            max_parallelism,
+            max_tasks,
+            max_plugin_memory,
+            max_watchers,
             insecure,
         } => {
             for flag in ["--token", "--read-token"] {
@@ -565,6 +586,13 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 data_dir,
                 tokens: fvhost::serve::auth::Tokens::new(token.as_deref(), read_token.as_deref()),
                 metrics_open,
+                quotas: fvhost::serve::Quotas {
+                    topologies: max_topologies,
+                    parallelism: max_parallelism,
+                    tasks: max_tasks,
+                    plugin_memory: max_plugin_memory as u64,
+                    watchers: max_watchers,
+                },
             };
             fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)
@@ -641,4 +669,9 @@ fn hold_store(
             Ok((None, Some(lease)))
         }
     }
+}
+
+/// Parse a size flag (`8GiB`, `512MiB`).
+fn parse_size_arg(text: &str) -> Result<usize, String> {
+    fvhost::topology::parse_size(text)
 }

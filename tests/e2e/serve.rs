@@ -912,3 +912,89 @@ fn concurrent_submits_of_one_name_create_one_and_refusals_leave_nothing() {
     );
     assert_eq!(server.post("/topologies/twin/stop", "", None).0, 200);
 }
+
+/// Operator limits: a submission over one is refused naming it, before
+/// any instance is opened (a million tasks are refused at once); a
+/// watcher over the limit gets 429.
+#[test]
+fn submissions_and_watchers_over_the_servers_limits_are_refused_naming_the_limit() {
+    let s = Scratch::new();
+    let server = Server::start_with(
+        &s,
+        &[],
+        &[
+            "--max-topologies",
+            "2",
+            "--max-parallelism",
+            "4",
+            "--max-tasks",
+            "6",
+            "--max-plugin-memory",
+            "1GiB",
+            "--max-watchers",
+            "1",
+        ],
+        None,
+    );
+    let refused = |text: &str, limit: &str| {
+        let started = Instant::now();
+        let (status, body) = server.post("/topologies", text, None);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(limit), "names {limit}: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "refused at once"
+        );
+    };
+    let base = sequence("big", 1_000_000, 2_000);
+    refused(
+        &base.replace("[sources.nums]", "[sources.nums]\nparallelism = 1000000"),
+        "--max-parallelism",
+    );
+    refused(
+        &base
+            .replace("[sources.nums]", "[sources.nums]\nparallelism = 4")
+            .replace("[sinks.out]", "[sinks.out]\nparallelism = 4"),
+        "--max-tasks",
+    );
+    refused(
+        &base.replace(
+            "[sources.nums]",
+            "[sources.nums]\nparallelism = 3\nmemory_limit = \"512MiB\"",
+        ),
+        "--max-plugin-memory",
+    );
+    assert!(
+        !s.path().join("data/topologies/big").exists(),
+        "refusals leave nothing"
+    );
+
+    for name in ["one", "two"] {
+        let (status, body) = server.post("/topologies", &sequence(name, 1_000_000, 2_000), None);
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = server.post("/topologies", &sequence("three", 10, 0), None);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("--max-topologies"), "{body}");
+
+    let mut watcher = TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        watcher,
+        "GET /topologies/one/stages/nums/tail HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr
+    )
+    .expect("request");
+    let mut first = [0u8; 64];
+    let n = watcher.read(&mut first).expect("the stream started");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let (status, body) = server.get("/topologies/one/stages/nums/tail");
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("--max-watchers"), "{body}");
+    drop(watcher);
+    for name in ["one", "two"] {
+        assert_eq!(
+            server.post(&format!("/topologies/{name}/stop"), "", None).0,
+            200
+        );
+    }
+}

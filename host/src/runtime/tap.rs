@@ -70,6 +70,14 @@ impl Tap {
         s
     }
 
+    /// How many watchers are connected now.
+    pub fn watchers(&self) -> usize {
+        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subs.retain(|w| w.strong_count() > 0);
+        self.live.store(subs.len(), Ordering::Relaxed);
+        subs.len()
+    }
+
     /// Copy `batch` to every watcher, as JSON objects.
     pub fn publish(&self, batch: &RecordBatch) {
         if self.live.load(Ordering::Relaxed) == 0 {

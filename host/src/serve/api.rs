@@ -70,6 +70,7 @@ impl From<ServeError> for ApiError {
             ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
             ServeError::NotFound(_) => StatusCode::NOT_FOUND,
             ServeError::Conflict(_) => StatusCode::CONFLICT,
+            ServeError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ServeError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let errors = match &e {

@@ -20,7 +20,7 @@ use crate::epoch::{EpochStore, StateLock};
 use crate::plugin::PluginEngine;
 use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
 use crate::runtime::{self, RunControl, StageMetrics};
-use crate::topology::{Diagnostics, Topology};
+use crate::topology::{Diagnostics, PluginUse, StageKind, Topology};
 
 /// Why an operation was refused; the HTTP layer maps each to a status.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,9 @@ pub enum ServeError {
     /// The operation does not fit the topology's state.
     #[error("{0}")]
     Conflict(String),
+    /// Over one of the server's limits (watchers).
+    #[error("{0}")]
+    TooMany(String),
     /// The server could not read or write its data directory.
     #[error("{0}")]
     Io(String),
@@ -103,10 +106,91 @@ pub struct TopologyView {
     pub status: Option<StatusRecord>,
 }
 
+/// What one server lets its tenants use; a submission over a limit is
+/// refused naming it, a watcher over it gets 429.
+#[derive(Debug, Clone)]
+pub struct Quotas {
+    /// Topologies hosted at once.
+    pub topologies: usize,
+    /// Tasks of one source, stage or sink.
+    pub parallelism: u32,
+    /// Tasks of one topology, all nodes together.
+    pub tasks: u32,
+    /// Plugin memory of one topology: `memory_limit` summed over its
+    /// plugin instances.
+    pub plugin_memory: u64,
+    /// Watchers (`tail`) of one topology at once.
+    pub watchers: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            topologies: 32,
+            parallelism: 16,
+            tasks: 64,
+            plugin_memory: 8 << 30,
+            watchers: 16,
+        }
+    }
+}
+
+impl Quotas {
+    /// Refuse `t` if it is over a limit, before anything of it is opened.
+    fn check(&self, t: &Topology) -> Result<(), ServeError> {
+        let mut errors = Vec::new();
+        let mut tasks = 0u64;
+        let mut memory = 0u64;
+        let mut node = |kind: &str, name: &str, parallelism: u32, plugin: Option<&PluginUse>| {
+            if parallelism > self.parallelism {
+                errors.push(format!(
+                    "{kind} `{name}`: parallelism = {parallelism} is over this server's limit of {} per node (--max-parallelism)",
+                    self.parallelism
+                ));
+            }
+            tasks += u64::from(parallelism);
+            if let Some(p) = plugin {
+                memory += p.sandbox.memory_limit as u64 * u64::from(parallelism);
+            }
+        };
+        for n in &t.sources {
+            node("source", &n.name, n.parallelism, Some(&n.plugin));
+        }
+        for n in &t.stages {
+            let plugin = match &n.kind {
+                StageKind::Step(p) => Some(p),
+                _ => None,
+            };
+            node("stage", &n.name, n.parallelism, plugin);
+        }
+        for n in &t.sinks {
+            node("sink", &n.name, n.parallelism, Some(&n.plugin));
+        }
+        if tasks > u64::from(self.tasks) {
+            errors.push(format!(
+                "{tasks} tasks in all is over this server's limit of {} per topology (--max-tasks)",
+                self.tasks
+            ));
+        }
+        if memory > self.plugin_memory {
+            errors.push(format!(
+                "plugin memory_limit summed over its instances is {} MiB, over this server's limit of {} MiB per topology (--max-plugin-memory)",
+                memory >> 20,
+                self.plugin_memory >> 20
+            ));
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ServeError::Invalid(errors)),
+        }
+    }
+}
+
 /// The topologies of one server.
 pub struct TopologySet {
     data_dir: PathBuf,
     engine: Arc<PluginEngine>,
+    quotas: Quotas,
     hosted: Mutex<BTreeMap<String, Hosted>>,
     /// Names being submitted: taken before the (slow) planning, so two
     /// concurrent submits of one name cannot both go ahead.
@@ -152,13 +236,18 @@ const TOPOLOGY_FILE: &str = "topology.toml";
 
 impl TopologySet {
     /// The set over `data_dir` (created if missing); nothing runs yet.
-    pub fn open(data_dir: &Path, engine: Arc<PluginEngine>) -> Result<Self, ServeError> {
+    pub fn open(
+        data_dir: &Path,
+        engine: Arc<PluginEngine>,
+        quotas: Quotas,
+    ) -> Result<Self, ServeError> {
         let root = data_dir.join("topologies");
         std::fs::create_dir_all(&root)
             .map_err(|e| ServeError::Io(format!("creating {}: {e}", root.display())))?;
         Ok(TopologySet {
             data_dir: data_dir.to_path_buf(),
             engine,
+            quotas,
             hosted: Mutex::new(BTreeMap::new()),
             reserved: Mutex::new(std::collections::BTreeSet::new()),
         })
@@ -247,6 +336,12 @@ impl TopologySet {
                     "a topology named `{name}` exists already (or is being submitted); stop and delete it first, or give this one another `name`"
                 )));
             }
+            if hosted.len() + reserved.len() >= self.quotas.topologies {
+                return Err(ServeError::Conflict(format!(
+                    "this server hosts {} topologies, its limit (--max-topologies); delete one first",
+                    self.quotas.topologies
+                )));
+            }
             reserved.insert(name.clone());
             Reservation {
                 set: self,
@@ -259,14 +354,16 @@ impl TopologySet {
         let existed = dir.exists();
         let mut graph = Vec::new();
         let planned = Topology::parse(&dir.join(TOPOLOGY_FILE), text)
+            .map_err(invalid)
             .and_then(|mut t| {
                 graph = graph_of(&t);
+                // Over a limit: refused before planning opens an instance.
+                self.quotas.check(&t)?;
                 // Registry plugins resolve against the server's registry;
                 // the lock is kept beside the hosted topology.
-                crate::registry::lock::resolve_with_defaults(&mut t)?;
-                runtime::plan(t, &self.engine)
-            })
-            .map_err(invalid);
+                crate::registry::lock::resolve_with_defaults(&mut t).map_err(invalid)?;
+                runtime::plan(t, &self.engine).map_err(invalid)
+            });
         let plan = match planned {
             Ok(plan) => plan,
             Err(e) => {
@@ -404,6 +501,12 @@ impl TopologySet {
         })?;
         let tappable: Vec<&Arc<StageMetrics>> =
             run.metrics.iter().filter(|m| m.kind != "sink").collect();
+        let watching: usize = tappable.iter().map(|m| m.tap.watchers()).sum();
+        if watching >= self.quotas.watchers {
+            return Err(ServeError::TooMany(format!(
+                "`{name}` has {watching} watchers, this server's limit per topology (--max-watchers); close one first"
+            )));
+        }
         match tappable.iter().find(|m| m.name == stage) {
             Some(m) => Ok(m.tap.subscribe(capacity)),
             None => Err(ServeError::NotFound(format!(

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use hosted::{ServeError, TopologySet, TopologyView};
+pub use hosted::{Quotas, ServeError, TopologySet, TopologyView};
 
 use crate::plugin::PluginEngine;
 
@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub tokens: auth::Tokens,
     /// Whether `/metrics` is open to scrapers without a token.
     pub metrics_open: bool,
+    /// What tenants may use.
+    pub quotas: Quotas,
 }
 
 /// Why the server could not run.
@@ -53,7 +55,7 @@ pub fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let set = Arc::new(
-        TopologySet::open(&config.data_dir, engine)
+        TopologySet::open(&config.data_dir, engine, config.quotas.clone())
             .map_err(|e| ServerError::Start(e.to_string()))?,
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
