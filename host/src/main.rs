@@ -202,6 +202,16 @@ enum Command {
         /// Watchers (tail) of one topology at once; more get 429.
         #[arg(long, default_value_t = 16)]
         max_watchers: usize,
+        /// A directory hosted topologies may grant and load plugin files
+        /// from, besides their own (repeatable). Nothing else outside
+        /// their directory is reachable: absolute paths, `..` and symlinks
+        /// leaving these are refused at submit.
+        #[arg(long = "allow-root", value_name = "DIR")]
+        allow_roots: Vec<PathBuf>,
+        /// An environment variable hosted topologies may read through
+        /// `allow_env` or `kafka_secrets` (repeatable; none by default).
+        #[arg(long = "allow-secret-env", value_name = "NAME")]
+        allow_secret_env: Vec<String>,
         /// Allow binding a non-loopback address without an admin token.
         #[arg(long)]
         insecure: bool,
@@ -532,6 +542,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             max_tasks,
             max_plugin_memory,
             max_watchers,
+            allow_roots,
+            allow_secret_env,
             insecure,
         } => {
             for flag in ["--token", "--read-token"] {
@@ -586,6 +598,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 data_dir,
                 tokens: fvhost::serve::auth::Tokens::new(token.as_deref(), read_token.as_deref()),
                 metrics_open,
+                confinement: fvhost::topology::Confinement {
+                    roots: allow_roots
+                        .iter()
+                        .map(|r| {
+                            r.canonicalize()
+                                .with_context(|| format!("--allow-root {}", r.display()))
+                        })
+                        .collect::<anyhow::Result<_>>()?,
+                    secret_env: allow_secret_env,
+                },
                 quotas: fvhost::serve::Quotas {
                     topologies: max_topologies,
                     parallelism: max_parallelism,

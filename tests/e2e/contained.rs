@@ -209,7 +209,9 @@ fn sigterm_during_a_plugin_sleep_ends_the_run() {
 #[test]
 fn stopping_a_hosted_topology_during_a_plugin_sleep_returns() {
     let s = Scratch::new();
-    let server = crate::serve::Server::start(&s, None);
+    // The test plugins are loaded by path: the operator allows their directory.
+    let plugins = env!("FV_PLUGIN_DIR");
+    let server = crate::serve::Server::start_with(&s, &[], &["--allow-root", plugins], None);
     let topology = topology(
         "",
         r#", misbehave = { call = "write", how = "sleep", at = 1 }"#,

@@ -258,7 +258,9 @@ fn a_step_that_keeps_writing_to_stderr_runs_to_completion_without_re_instantiati
 #[test]
 fn re_instantiations_after_traps_are_counted_in_the_status_record_and_metrics() {
     let s = Scratch::new();
-    let server = crate::serve::Server::start(&s, None);
+    // The test plugins are loaded by path: the operator allows their directory.
+    let plugins = env!("FV_PLUGIN_DIR");
+    let server = crate::serve::Server::start_with(&s, &[], &["--allow-root", plugins], None);
     let toml = format!(
         "name = \"traps\"\ndead_letter = \"rejects\"\n{}\n[sinks.rejects]\nplugin = \"file-sink\"\nallow_write = [\"rejects\"]\nconfig = {{ path = \"rejects\" }}\n",
         topology(

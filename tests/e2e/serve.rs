@@ -998,3 +998,113 @@ fn submissions_and_watchers_over_the_servers_limits_are_refused_naming_the_limit
         );
     }
 }
+
+/// Confinement: a hosted topology reaches only its own directory and the
+/// roots the operator allows, and reads only the environment variables
+/// the operator lends. Each escape is refused at submit naming the key,
+/// creates nothing, and the server stays up; an allowed root works.
+#[test]
+fn a_hosted_topology_cannot_reach_outside_its_directory_and_the_allowed_roots() {
+    let s = Scratch::new();
+    let root = s.path().join("shared");
+    std::fs::create_dir_all(root.join("data")).expect("root");
+    std::fs::write(root.join("data/x.csv"), "1,a\n2,b\n3,c\n").expect("csv");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/etc", root.join("evil")).expect("symlink");
+    let root_arg = root.display().to_string();
+    let server = Server::start_with(
+        &s,
+        &[("FV_LENT", "ok")],
+        &["--allow-root", &root_arg, "--allow-secret-env", "FV_LENT"],
+        None,
+    );
+    let escape = s.path().join("escaped");
+    let reader = |grant: &str, path: &str| {
+        format!(
+            r#"name = "reader"
+[sources.rows]
+plugin = "file-source"
+allow_read = ["{grant}"]
+config = {{ path = "{path}", format = "csv", header = false, columns = ["n:int64", "s:utf8"] }}
+[sinks.out]
+input = "rows"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#
+        )
+    };
+    let refused = |text: &str, key: &str, why: &str| {
+        let (status, body) = server.post("/topologies", text, None);
+        assert_eq!(status, 400, "{key}: {body}");
+        assert!(
+            body.contains(key) && body.contains(why),
+            "{key} / {why}: {body}"
+        );
+    };
+    refused(
+        &reader("/etc", "/etc/passwd"),
+        "allow_read.0",
+        "outside what this server allows",
+    );
+    refused(
+        &reader("../../..", "../../../etc/passwd"),
+        "allow_read.0",
+        "climbs out",
+    );
+    #[cfg(unix)]
+    refused(
+        &reader(
+            &format!("{root_arg}/evil"),
+            &format!("{root_arg}/evil/passwd"),
+        ),
+        "allow_read.0",
+        "through a symlink",
+    );
+    refused(
+        &sequence("writer", 10, 0).replace(
+            "allow_write = [\"out\"]",
+            &format!("allow_write = [\"{}\"]", escape.display()),
+        ),
+        "allow_write.0",
+        "outside",
+    );
+    assert!(!escape.exists(), "a refused grant created nothing");
+    refused(
+        &sequence("shell", 10, 0).replace("plugin = \"generator\"", "path = \"/bin/sh\""),
+        "path",
+        "outside",
+    );
+    refused(
+        &sequence("leaky", 10, 0).replace("[sinks.out]", "[sinks.out]\nallow_env = [\"HOME\"]"),
+        "allow_env.0",
+        "--allow-secret-env HOME",
+    );
+    refused(
+        &sequence("exfil", 10, 0).replace(
+            "[sources.nums]",
+            "[sources.nums]\nallow_kafka = [\"127.0.0.1:9\"]\nkafka_secrets = { \"sasl.password\" = \"AWS_SECRET_ACCESS_KEY\" }",
+        ),
+        "kafka_secrets.sasl.password",
+        "not one this server lends",
+    );
+    assert_eq!(server.get("/healthz").0, 200, "the server is up");
+
+    // What the operator allows works: a file under an allowed root.
+    let (status, body) = server.post(
+        "/topologies",
+        &reader(
+            &format!("{root_arg}/data"),
+            &format!("{root_arg}/data/x.csv"),
+        ),
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    server.wait_until(|| server.state("reader") != "RUNNING", "the reader ends");
+    assert_eq!(server.state("reader"), "STOPPED");
+    assert_eq!(
+        s.output_lines("data/topologies/reader/out").len(),
+        3,
+        "the allowed file's rows"
+    );
+}

@@ -20,7 +20,7 @@ use crate::epoch::{EpochStore, StateLock};
 use crate::plugin::PluginEngine;
 use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
 use crate::runtime::{self, RunControl, StageMetrics};
-use crate::topology::{Diagnostics, PluginUse, StageKind, Topology};
+use crate::topology::{Confinement, Diagnostics, PluginUse, StageKind, Topology};
 
 /// Why an operation was refused; the HTTP layer maps each to a status.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +191,8 @@ pub struct TopologySet {
     data_dir: PathBuf,
     engine: Arc<PluginEngine>,
     quotas: Quotas,
+    /// Where hosted topologies' grants and plugin files may point.
+    confinement: Confinement,
     hosted: Mutex<BTreeMap<String, Hosted>>,
     /// Names being submitted: taken before the (slow) planning, so two
     /// concurrent submits of one name cannot both go ahead.
@@ -240,14 +242,20 @@ impl TopologySet {
         data_dir: &Path,
         engine: Arc<PluginEngine>,
         quotas: Quotas,
+        confinement: Confinement,
     ) -> Result<Self, ServeError> {
         let root = data_dir.join("topologies");
         std::fs::create_dir_all(&root)
             .map_err(|e| ServeError::Io(format!("creating {}: {e}", root.display())))?;
+        // Absolute, so that confinement compares real paths.
+        let data_dir = data_dir
+            .canonicalize()
+            .map_err(|e| ServeError::Io(format!("opening {}: {e}", data_dir.display())))?;
         Ok(TopologySet {
-            data_dir: data_dir.to_path_buf(),
+            data_dir,
             engine,
             quotas,
+            confinement,
             hosted: Mutex::new(BTreeMap::new()),
             reserved: Mutex::new(std::collections::BTreeSet::new()),
         })
@@ -256,6 +264,20 @@ impl TopologySet {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Hosted>> {
         // A panic while holding the lock leaves the map usable.
         self.hosted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read and parse a hosted topology file, confined.
+    fn load(&self, path: &Path) -> Result<Topology, Diagnostics> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Diagnostics(vec![crate::topology::Diagnostic {
+                file: path.to_path_buf(),
+                line: None,
+                column: None,
+                key: None,
+                message: format!("cannot read the topology file: {e}"),
+            }])
+        })?;
+        Topology::parse_confined(path, &text, &self.confinement)
     }
 
     fn dir_of(&self, name: &str) -> PathBuf {
@@ -282,7 +304,8 @@ impl TopologySet {
             let ended = status::read(&dir.join("state"))
                 .ok()
                 .map(|r| (r.state, r.error));
-            let graph = Topology::load(&dir.join(TOPOLOGY_FILE))
+            let graph = self
+                .load(&dir.join(TOPOLOGY_FILE))
                 .map(|t| graph_of(&t))
                 .unwrap_or_default();
             self.lock().insert(
@@ -353,7 +376,7 @@ impl TopologySet {
         // what it made, so nothing is left behind.
         let existed = dir.exists();
         let mut graph = Vec::new();
-        let planned = Topology::parse(&dir.join(TOPOLOGY_FILE), text)
+        let planned = Topology::parse_confined(&dir.join(TOPOLOGY_FILE), text, &self.confinement)
             .map_err(invalid)
             .and_then(|mut t| {
                 graph = graph_of(&t);
@@ -407,7 +430,7 @@ impl TopologySet {
             entry.dir.clone()
         };
         let path = dir.join(TOPOLOGY_FILE);
-        let mut topology = Topology::load(&path).map_err(invalid)?;
+        let mut topology = self.load(&path).map_err(invalid)?;
         crate::registry::lock::resolve_with_defaults(&mut topology).map_err(invalid)?;
         let plan = runtime::plan(topology, &self.engine).map_err(invalid)?;
         let mut hosted = self.lock();

@@ -37,6 +37,9 @@ pub struct ServeConfig {
     pub metrics_open: bool,
     /// What tenants may use.
     pub quotas: Quotas,
+    /// Where their grants and plugin files may point, which environment
+    /// variables they may read.
+    pub confinement: crate::topology::Confinement,
 }
 
 /// Why the server could not run.
@@ -55,8 +58,13 @@ pub fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let set = Arc::new(
-        TopologySet::open(&config.data_dir, engine, config.quotas.clone())
-            .map_err(|e| ServerError::Start(e.to_string()))?,
+        TopologySet::open(
+            &config.data_dir,
+            engine,
+            config.quotas.clone(),
+            config.confinement.clone(),
+        )
+        .map_err(|e| ServerError::Start(e.to_string()))?,
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
+pub use raw::Confinement;
 pub use stateful::{JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec};
 pub use units::{parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size};
 
@@ -375,7 +376,19 @@ impl Topology {
 
     /// Parse and check topology text that came from `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
-        let topology = raw::parse(path, text)?;
+        let topology = raw::parse(path, text, None)?;
+        graph::check(topology)
+    }
+
+    /// Parse and check a hosted topology: its grants and plugin files
+    /// must stay inside its directory or `confinement`'s roots, and it
+    /// may read only the environment variables `confinement` lends.
+    pub fn parse_confined(
+        path: &Path,
+        text: &str,
+        confinement: &Confinement,
+    ) -> Result<Topology, Diagnostics> {
+        let topology = raw::parse(path, text, Some(confinement))?;
         graph::check(topology)
     }
 

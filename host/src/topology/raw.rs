@@ -177,7 +177,11 @@ fn index_value(value: &DeValue<'_>, path: &str, out: &mut Vec<(String, usize)>) 
     }
 }
 
-pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
+pub(super) fn parse(
+    path: &Path,
+    text: &str,
+    confinement: Option<&Confinement>,
+) -> Result<Topology, Diagnostics> {
     let file = path.to_path_buf();
     let mut keys = Vec::new();
     let syntax = DeTable::parse(text);
@@ -256,6 +260,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
     let ctx = Ctx {
         map: &map,
         dir: &dir,
+        confinement,
     };
     let mut sources = Vec::new();
     for (n, mut s) in raw.sources {
@@ -469,12 +474,78 @@ fn check_name(ctx: &Ctx<'_>, key: &str, name: &str, errors: &mut Vec<Diagnostic>
     }
 }
 
+/// Where a hosted topology's grants and plugin files may point, and
+/// which environment variables it may read (`fvhost serve`).
+#[derive(Debug, Clone, Default)]
+pub struct Confinement {
+    /// Directories besides the topology's own (canonical).
+    pub roots: Vec<PathBuf>,
+    /// Environment variables `allow_env` and `kafka_secrets` may name.
+    pub secret_env: Vec<String>,
+}
+
 pub(super) struct Ctx<'a> {
     pub(super) map: &'a SourceMap,
     dir: &'a Path,
+    /// Under `fvhost serve`: where grants and plugin files may point.
+    confinement: Option<&'a Confinement>,
 }
 
 impl Ctx<'_> {
+    /// Why `given` (resolved to `host`) leaves the topology's directory
+    /// and the operator's roots, if it does: lexically first (before
+    /// anything is created), then after resolving symlinks.
+    fn escapes(&self, given: &str, host: &Path) -> Option<String> {
+        let confinement = self.confinement?;
+        let own = self
+            .dir
+            .canonicalize()
+            .unwrap_or_else(|_| self.dir.to_path_buf());
+        let inside =
+            |p: &Path| p.starts_with(&own) || confinement.roots.iter().any(|r| p.starts_with(r));
+        let roots = || {
+            let mut all = vec![own.display().to_string()];
+            all.extend(confinement.roots.iter().map(|r| r.display().to_string()));
+            all.join(", ")
+        };
+        if Path::new(given)
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Some(format!(
+                "`{given}` climbs out with `..`; a hosted topology may only name paths inside {}",
+                roots()
+            ));
+        }
+        // Lexically, or (for a path given through a symlinked prefix of
+        // an allowed root) once resolved.
+        if !inside(host) && !host.canonicalize().is_ok_and(|real| inside(&real)) {
+            return Some(format!(
+                "`{given}` is outside what this server allows ({}; the operator adds roots with --allow-root)",
+                roots()
+            ));
+        }
+        match host.canonicalize() {
+            Ok(real) if !inside(&real) => Some(format!(
+                "`{given}` leads through a symlink to {}, outside what this server allows ({})",
+                real.display(),
+                roots()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why a hosted topology may not read environment variable `name`.
+    fn secret_refused(&self, name: &str) -> Option<String> {
+        let confinement = self.confinement?;
+        if confinement.secret_env.iter().any(|n| n == name) {
+            return None;
+        }
+        Some(format!(
+            "environment variable `{name}` is not one this server lends to topologies (the operator allows one with --allow-secret-env {name})"
+        ))
+    }
+
     fn parallelism(&self, key: &str, p: Option<u32>, errors: &mut Vec<Diagnostic>) -> u32 {
         match p {
             Some(0) => {
@@ -526,7 +597,14 @@ impl Ctx<'_> {
     ) -> Option<PluginUse> {
         let plugin = match (plugin, path) {
             (Some(name), None) => PluginRef::Named(name),
-            (None, Some(p)) => PluginRef::Path(self.dir.join(p)),
+            (None, Some(p)) => {
+                let file = self.dir.join(&p);
+                if let Some(why) = self.escapes(&p, &file) {
+                    errors.push(self.map.at_key(&format!("{key}.path"), why));
+                    return None;
+                }
+                PluginRef::Path(file)
+            }
             (Some(_), Some(_)) => {
                 errors.push(self.map.at_key(
                     &format!("{key}.path"),
@@ -558,6 +636,10 @@ impl Ctx<'_> {
         };
         for (i, dir) in raw.allow_read.unwrap_or_default().into_iter().enumerate() {
             let host = self.dir.join(&dir);
+            if let Some(why) = self.escapes(&dir, &host) {
+                errors.push(self.map.at_key(&format!("{key}.allow_read.{i}"), why));
+                continue;
+            }
             match host.canonicalize() {
                 Ok(h) if h.is_dir() => policy.read_dirs.push((dir, h)),
                 _ => errors.push(self.map.at_key(
@@ -571,6 +653,12 @@ impl Ctx<'_> {
         }
         for (i, dir) in raw.allow_write.unwrap_or_default().into_iter().enumerate() {
             let host = self.dir.join(&dir);
+            // Checked before anything is created: a confined topology
+            // makes no directory outside its roots.
+            if let Some(why) = self.escapes(&dir, &host) {
+                errors.push(self.map.at_key(&format!("{key}.allow_write.{i}"), why));
+                continue;
+            }
             // Output directories are created on demand.
             match std::fs::create_dir_all(&host).and_then(|_| host.canonicalize()) {
                 Ok(h) => policy.write_dirs.push((dir, h)),
@@ -580,7 +668,11 @@ impl Ctx<'_> {
                 )),
             }
         }
-        for name in raw.allow_env.unwrap_or_default() {
+        for (i, name) in raw.allow_env.unwrap_or_default().into_iter().enumerate() {
+            if let Some(why) = self.secret_refused(&name) {
+                errors.push(self.map.at_key(&format!("{key}.allow_env.{i}"), why));
+                continue;
+            }
             if let Ok(value) = std::env::var(&name) {
                 policy.env.push((name, value));
             }
@@ -654,6 +746,10 @@ impl Ctx<'_> {
             grant.properties.push((name.clone(), value.clone()));
         }
         for (name, var) in raw.kafka_secrets.iter().flatten() {
+            if let Some(why) = self.secret_refused(var) {
+                errors.push(self.map.at_key(&format!("{key}.kafka_secrets.{name}"), why));
+                continue;
+            }
             match std::env::var(var) {
                 Ok(value) => grant.secrets.push((name.clone(), value)),
                 Err(_) => errors.push(self.map.at_key(
