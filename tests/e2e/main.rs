@@ -15,6 +15,7 @@ mod file_splits;
 mod guest_output;
 mod kafka;
 mod nexmark;
+mod nexmark_oracle;
 mod object_store;
 mod one_build;
 mod pipelines;

@@ -63,12 +63,10 @@ fn quickstart_redacts_west_coast_people_and_matches_its_golden_output() {
             "unmasked card in {line}"
         );
     }
-    let golden_path = repo().join("tests/golden/quickstart.jsonl");
-    if std::env::var_os("FV_BLESS").is_some() {
-        std::fs::write(&golden_path, lines.join("\n") + "\n").expect("bless");
-    }
-    let golden =
-        std::fs::read_to_string(&golden_path).expect("golden file (regenerate with FV_BLESS=1)");
+    let golden = crate::support::golden(
+        &repo().join("tests/golden/quickstart.jsonl"),
+        &(lines.join("\n") + "\n"),
+    );
     let golden: Vec<&str> = golden.lines().collect();
     assert_eq!(
         lines, golden,

@@ -238,3 +238,23 @@ pub fn kill_at_random_moments(
         after_kill(kill);
     }
 }
+
+/// The golden file `path`, for comparing with `actual`. Blessing is manual
+/// only: with `FV_BLESS` set it writes `actual` there and fails (review the
+/// diff, then rerun without it); where `CI` is set it refuses — a blessed
+/// run never passes, so a stray `FV_BLESS` cannot make CI green.
+#[track_caller]
+pub fn golden(path: &Path, actual: &str) -> String {
+    if std::env::var_os("FV_BLESS").is_some() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "FV_BLESS is set where CI is: golden files are blessed by hand only"
+        );
+        std::fs::write(path, actual).expect("bless");
+        panic!(
+            "FV_BLESS: wrote {}; review the diff, then rerun without FV_BLESS",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path).expect("golden file (regenerate with FV_BLESS=1)")
+}
