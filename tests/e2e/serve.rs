@@ -1018,6 +1018,9 @@ fn a_hosted_topology_cannot_reach_outside_its_directory_and_the_allowed_roots() 
         &["--allow-root", &root_arg, "--allow-secret-env", "FV_LENT"],
         None,
     );
+    // Another tenant's topology runs throughout the attacks below.
+    let (status, body) = server.post("/topologies", &sequence("bystander", 20_000, 4_000), None);
+    assert_eq!(status, 201, "{body}");
     let escape = s.path().join("escaped");
     let reader = |grant: &str, path: &str| {
         format!(
@@ -1106,5 +1109,16 @@ config = {{ path = "out" }}
         s.output_lines("data/topologies/reader/out").len(),
         3,
         "the allowed file's rows"
+    );
+    // The other tenant was not disturbed: every row exactly once.
+    server.wait_until(
+        || server.state("bystander") != "RUNNING",
+        "the bystander ends",
+    );
+    assert_eq!(server.state("bystander"), "STOPPED");
+    assert_eq!(
+        int_column(&s.output_lines("data/topologies/bystander/out"), "seq"),
+        (0..20_000).collect::<Vec<i64>>(),
+        "the bystander's output is whole"
     );
 }
