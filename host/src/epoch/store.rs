@@ -435,6 +435,17 @@ impl EpochStore {
 
     /// Delete every object under `prefix`, recursively.
     fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
+        if let Some(dir) = &self.local {
+            // The directory itself: a put killed mid-write leaves its
+            // temporary file there, which object listings do not show.
+            let path = dir.join(prefix);
+            return match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(EpochError::Io { path, source: e })
+                }
+                _ => Ok(()),
+            };
+        }
         let (objects, dirs) = self.list(prefix)?;
         for o in objects {
             self.delete(&o)?;
