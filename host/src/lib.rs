@@ -23,6 +23,8 @@
 //! - [`state`]: vnodes, key hashing and state snapshots of keyed operators.
 
 pub mod epoch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ipc;
 pub mod plugin;
 pub mod registry;

@@ -19,7 +19,7 @@ mod error;
 mod guest_output;
 mod instance;
 pub mod kafka;
-mod metadata;
+pub(crate) mod metadata;
 mod sandbox;
 pub mod usage;
 

@@ -9,7 +9,9 @@ use std::io::Cursor;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::reader::FileReader;
+use arrow::error::ArrowError;
+use arrow::ipc::reader::{FileReader, read_footer_length};
+use arrow::ipc::root_as_footer;
 use arrow::ipc::writer::FileWriter;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -91,8 +93,12 @@ impl StateSnapshot {
             key: object.key.clone(),
             source,
         };
-        let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(arrow)?;
-        reader.collect::<Result<Vec<_>, _>>().map_err(arrow)
+        check_blocks(bytes).map_err(arrow)?;
+        crate::ipc::guarded(|| {
+            let reader = FileReader::try_new(Cursor::new(bytes), None)?;
+            reader.collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(arrow)
     }
 
     /// Check `bytes` against `object`'s digest.
@@ -107,6 +113,54 @@ impl StateSnapshot {
         }
         Ok(())
     }
+}
+
+/// Check that every block the file's footer lists lies inside the file.
+///
+/// arrow's `FileReader` allocates (zeroed) each block's length as its
+/// footer states it before reading: a corrupt footer whose digest the
+/// manifest nevertheless carries would make it allocate, say, 1 TiB, which
+/// aborts the process (an allocation failure is not a panic that
+/// `crate::ipc::guarded` could turn into an error). The rest of the file
+/// is the reader's to check.
+fn check_blocks(bytes: &[u8]) -> Result<(), ArrowError> {
+    let Some(trailer_start) = bytes.len().checked_sub(10) else {
+        return Err(ArrowError::IpcError(format!(
+            "{} bytes are too few for an Arrow IPC file",
+            bytes.len()
+        )));
+    };
+    let mut trailer = [0; 10];
+    trailer.copy_from_slice(&bytes[trailer_start..]);
+    let footer_len = read_footer_length(trailer)?;
+    let footer_start = trailer_start.checked_sub(footer_len).ok_or_else(|| {
+        ArrowError::IpcError(format!(
+            "the footer ({footer_len} bytes) is longer than the file ({} bytes)",
+            bytes.len()
+        ))
+    })?;
+    let footer = root_as_footer(&bytes[footer_start..trailer_start])
+        .map_err(|e| ArrowError::IpcError(format!("unreadable footer: {e}")))?;
+    let blocks = footer.recordBatches().into_iter().flatten();
+    for block in blocks.chain(footer.dictionaries().into_iter().flatten()) {
+        let end = [
+            block.offset(),
+            i64::from(block.metaDataLength()),
+            block.bodyLength(),
+        ]
+        .into_iter()
+        .try_fold(0u64, |end, n| end.checked_add(u64::try_from(n).ok()?));
+        if end.is_none_or(|end| end > footer_start as u64) {
+            return Err(ArrowError::IpcError(format!(
+                "a block of the file (offset {}, {} + {} bytes) lies outside its {} bytes",
+                block.offset(),
+                block.metaDataLength(),
+                block.bodyLength(),
+                footer_start
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -148,5 +202,71 @@ mod tests {
             StateSnapshot::decode(&object, &snap.bytes[..mid]),
             Err(SnapshotError::Checksum { .. })
         ));
+    }
+
+    /// A footer block longer than the file, in an object whose digest the
+    /// manifest records: `FileReader` allocated the block's stated length
+    /// before reading it (a panic for -1 or 2^63 - 1 bytes, an abort for
+    /// 1 TiB). Now an error.
+    #[test]
+    fn blocks_outside_the_file_are_refused_before_reading() {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .expect("batch");
+        let good = StateSnapshot::encode("k", &schema, &[batch])
+            .expect("encode")
+            .bytes;
+        let trailer = good.len() - 10;
+        let footer_len = read_footer_length(good[trailer..].try_into().expect("10 bytes"))
+            .expect("footer length");
+        let footer = (trailer - footer_len, trailer);
+        let body = root_as_footer(&good[footer.0..footer.1])
+            .expect("footer")
+            .recordBatches()
+            .expect("blocks")
+            .get(0)
+            .bodyLength();
+        for claimed in [i64::MAX, -1, 1 << 40, body + 1000] {
+            let mut bytes = good.clone();
+            let at = (footer.0..footer.1 - 8)
+                .find(|&i| {
+                    let mut patched = good.clone();
+                    if patched[i..i + 8] != body.to_le_bytes() {
+                        return false;
+                    }
+                    patched[i..i + 8].copy_from_slice(&claimed.to_le_bytes());
+                    root_as_footer(&patched[footer.0..footer.1]).is_ok_and(|f| {
+                        f.recordBatches()
+                            .is_some_and(|b| b.get(0).bodyLength() == claimed)
+                    })
+                })
+                .expect("the block's body length");
+            bytes[at..at + 8].copy_from_slice(&claimed.to_le_bytes());
+            let object = StateObject {
+                task: 0,
+                vnodes: VnodeRange::all(),
+                key: "k".into(),
+                sha256: hex::encode(Sha256::digest(&bytes)),
+                bytes: bytes.len() as u64,
+            };
+            let err = StateSnapshot::decode(&object, &bytes).expect_err("a block past the end");
+            assert!(err.to_string().contains("lies outside"), "{err}");
+        }
+        assert!(
+            StateSnapshot::decode(
+                &StateObject {
+                    task: 0,
+                    vnodes: VnodeRange::all(),
+                    key: "k".into(),
+                    sha256: hex::encode(Sha256::digest(b"short")),
+                    bytes: 5,
+                },
+                b"short"
+            )
+            .is_err()
+        );
     }
 }

@@ -36,7 +36,8 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{text}` must be a positive duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    // `from_secs_f64` panics past u64::MAX seconds.
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is too long a duration"))
 }
 
 /// Parse a duration that may be negative (`"-5s"`, `"10s"`, `"0"`) into
@@ -98,5 +99,20 @@ mod tests {
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
         assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
         assert!(parse_size("12 parsecs").is_err());
+    }
+
+    /// A duration past u64::MAX seconds made `Duration::from_secs_f64`
+    /// panic while the topology was parsed (found writing the `topology`
+    /// fuzz target).
+    #[test]
+    fn durations_too_long_for_a_duration_are_errors() {
+        for text in ["99999999999999999999", "18446744073709551616s", "1e400"] {
+            assert!(parse_duration_or_zero(text).is_err(), "{text}");
+        }
+        assert_eq!(
+            parse_duration("99999999999999999999h"),
+            Err("`99999999999999999999h` is too long a duration".to_string())
+        );
+        assert!(parse_signed_duration("-99999999999999999999m").is_err());
     }
 }
