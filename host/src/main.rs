@@ -102,6 +102,9 @@ enum Command {
         /// Ask this `fvhost serve` (e.g. http://127.0.0.1:7878) instead.
         #[arg(long)]
         server: Option<String>,
+        /// With --server https://…: trust the certificates in this PEM file.
+        #[arg(long, env = "FVHOST_CA_CERT", value_name = "PEM")]
+        ca_cert: Option<PathBuf>,
     },
     /// Submit a topology to a `fvhost serve`: it is validated there exactly
     /// like `fvhost validate`, stored and started.
@@ -212,6 +215,12 @@ enum Command {
         /// `allow_env` or `kafka_secrets` (repeatable; none by default).
         #[arg(long = "allow-secret-env", value_name = "NAME")]
         allow_secret_env: Vec<String>,
+        /// Serve HTTPS with this certificate chain (PEM; with --tls-key).
+        #[arg(long, requires = "tls_key", value_name = "PEM")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+        #[arg(long, requires = "tls_cert", value_name = "PEM")]
+        tls_key: Option<PathBuf>,
         /// Allow binding a non-loopback address without an admin token.
         #[arg(long)]
         insecure: bool,
@@ -249,15 +258,24 @@ impl PluginResolution {
 /// Where the control plane is; the token comes from FVHOST_TOKEN.
 #[derive(clap::Args)]
 struct ServerArgs {
-    /// The `fvhost serve` to talk to.
+    /// The `fvhost serve` to talk to (https://… when it serves with
+    /// --tls-cert).
     #[arg(long, env = "FVHOST_SERVER", default_value = "http://127.0.0.1:7878")]
     server: String,
+    /// Trust the certificates in this PEM file (e.g. a self-signed
+    /// server's, or a private CA's) instead of the system's roots.
+    #[arg(long, env = "FVHOST_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<PathBuf>,
 }
 
 impl ServerArgs {
-    fn client(&self) -> fvhost::serve::client::ServerClient {
+    fn client(&self) -> anyhow::Result<fvhost::serve::client::ServerClient> {
         let token = std::env::var("FVHOST_TOKEN").ok().filter(|t| !t.is_empty());
-        fvhost::serve::client::ServerClient::new(&self.server, token)
+        Ok(fvhost::serve::client::ServerClient::new(
+            &self.server,
+            token,
+            self.ca_cert.as_deref(),
+        )?)
     }
 }
 
@@ -439,21 +457,22 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status {
             target,
             server: Some(server),
+            ca_cert,
         } => {
-            let client = ServerArgs { server }.client();
+            let client = ServerArgs { server, ca_cert }.client()?;
             Ok(print_answer(client.get(&format!("/topologies/{target}"))?))
         }
         Command::Submit { topology, server } => {
             let text = std::fs::read_to_string(&topology)
                 .with_context(|| format!("reading {}", topology.display()))?;
-            Ok(print_answer(server.client().post(
+            Ok(print_answer(server.client()?.post(
                 "/topologies",
                 &text,
                 "application/toml",
             )?))
         }
         Command::Ls { server } => {
-            let answer = server.client().get("/topologies")?;
+            let answer = server.client()?.get("/topologies")?;
             if answer.status >= 300 {
                 return Ok(print_answer(answer));
             }
@@ -471,12 +490,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stop { name, server } => Ok(print_answer(server.client().post(
+        Command::Stop { name, server } => Ok(print_answer(server.client()?.post(
             &format!("/topologies/{name}/stop"),
             "",
             "text/plain",
         )?)),
-        Command::Start { name, server } => Ok(print_answer(server.client().post(
+        Command::Start { name, server } => Ok(print_answer(server.client()?.post(
             &format!("/topologies/{name}/start"),
             "",
             "text/plain",
@@ -487,7 +506,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             server,
         } => Ok(print_answer(
             server
-                .client()
+                .client()?
                 .delete(&format!("/topologies/{name}?purge={purge}"))?,
         )),
         Command::Tail {
@@ -497,7 +516,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             server,
         } => {
             let mut printed = 0usize;
-            let answer = server.client().follow(
+            let answer = server.client()?.follow(
                 &format!("/topologies/{name}/stages/{stage}/tail"),
                 |row| {
                     println!("{row}");
@@ -514,6 +533,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status {
             target,
             server: None,
+            ..
         } => {
             let state_dir = PathBuf::from(target);
             let record = match status::read(&state_dir) {
@@ -544,6 +564,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             max_watchers,
             allow_roots,
             allow_secret_env,
+            tls_cert,
+            tls_key,
             insecure,
         } => {
             for flag in ["--token", "--read-token"] {
@@ -580,6 +602,21 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(EXIT_CONFIG));
             }
+            let tls = match (&tls_cert, &tls_key) {
+                (Some(cert), Some(key)) => match fvhost::serve::tls::server_config(cert, key) {
+                    Ok(config) => Some(config),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return Ok(ExitCode::from(EXIT_CONFIG));
+                    }
+                },
+                _ => None,
+            };
+            if !bind.ip().is_loopback() && tls.is_none() && token.is_some() {
+                eprintln!(
+                    "warning: serving on {bind} without TLS: tokens and topologies cross the network in clear text (use --tls-cert and --tls-key)"
+                );
+            }
             let engine = Arc::new(engine(cli.cache_dir)?);
             let notify = Arc::new(tokio::sync::Notify::new());
             let n = Arc::clone(&notify);
@@ -615,6 +652,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     plugin_memory: max_plugin_memory as u64,
                     watchers: max_watchers,
                 },
+                tls,
             };
             fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
             Ok(ExitCode::SUCCESS)

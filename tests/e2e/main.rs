@@ -24,4 +24,6 @@ mod projection;
 mod registry;
 mod sandbox;
 mod serve;
+mod serve_hostile;
+mod serve_tls;
 mod stateful;

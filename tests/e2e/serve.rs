@@ -14,12 +14,63 @@ const TOKEN: &str = "s3cret-token";
 
 /// A running `fvhost serve` and its address.
 pub(crate) struct Server {
-    child: Child,
-    addr: String,
+    pub(crate) child: Child,
+    pub(crate) addr: String,
     /// The token its reads (`get`, `json`) carry.
     reader: Option<String>,
     /// Its stderr, line by line.
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log: ServerLog,
+}
+
+/// The log lines a server printed on stderr so far.
+pub(crate) type ServerLog = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Start `fvhost serve` on a free loopback port with `env` and extra
+/// `args`: the child, the URL it printed (`http://…` or `https://…`) and
+/// its stderr, drained on a thread so it never blocks on a full pipe.
+pub(crate) fn spawn_server(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Child, String, ServerLog) {
+    let mut argv = vec!["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"];
+    argv.extend(args);
+    let mut child = s.spawn_fvhost_env(&argv, env);
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log = ServerLog::default();
+    let kept = std::sync::Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("listening on ").nth(1) {
+                let _ = tx.send(url.trim().to_string());
+            }
+            if let Ok(mut log) = kept.lock() {
+                log.push(line);
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server printed its address");
+    (child, url, log)
+}
+
+/// SIGTERM `child` and wait up to 60 s for it to exit (`None`: it did not).
+pub(crate) fn terminate(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
 }
 
 impl Server {
@@ -36,27 +87,11 @@ impl Server {
         args: &[&str],
         reader: Option<&str>,
     ) -> Server {
-        let mut argv = vec!["serve", "--bind", "127.0.0.1:0", "--data-dir", "data"];
-        argv.extend(args);
-        let mut child = s.spawn_fvhost_env(&argv, env);
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = std::sync::Arc::clone(&log);
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("listening on http://").nth(1) {
-                    let _ = tx.send(addr.trim().to_string());
-                }
-                if let Ok(mut log) = kept.lock() {
-                    log.push(line);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server printed its address");
+        let (child, url, log) = spawn_server(s, env, args);
+        let addr = url
+            .strip_prefix("http://")
+            .unwrap_or_else(|| panic!("an http:// address, not {url}"))
+            .to_string();
         let server = Server {
             child,
             addr,
@@ -72,7 +107,7 @@ impl Server {
         self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
-    fn request(
+    pub(crate) fn request(
         &self,
         method: &str,
         path: &str,
@@ -173,7 +208,7 @@ fn dechunk(body: &str) -> String {
 }
 
 /// A sequence of `events` rows at `rate` per second into JSON-lines files.
-fn sequence(name: &str, events: u32, rate: u32) -> String {
+pub(crate) fn sequence(name: &str, events: u32, rate: u32) -> String {
     format!(
         r#"name = "{name}"
 [checkpoint]
@@ -203,7 +238,7 @@ fn evens(name: &str) -> String {
         )
 }
 
-fn output_of(s: &Scratch, name: &str) -> Vec<String> {
+pub(crate) fn output_of(s: &Scratch, name: &str) -> Vec<String> {
     s.output_lines(&format!("data/topologies/{name}/out"))
 }
 
@@ -555,10 +590,10 @@ fn the_command_line_drives_a_server() {
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The server's tokens in the role tests.
-const ADMIN: &str = "admin-7f3e";
-const READER: &str = "reader-91c2";
+pub(crate) const ADMIN: &str = "admin-7f3e";
+pub(crate) const READER: &str = "reader-91c2";
 
-fn start_with_roles(s: &Scratch, args: &[&str]) -> Server {
+pub(crate) fn start_with_roles(s: &Scratch, args: &[&str]) -> Server {
     Server::start_with(
         s,
         &[("FVHOST_TOKEN", ADMIN), ("FVHOST_READ_TOKEN", READER)],
@@ -666,24 +701,8 @@ fn sigterm_ends_tail_streams_and_stops_every_topology_with_a_final_checkpoint() 
     let n = watcher.read(&mut first).expect("the stream started");
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
 
-    let pid = server.child.id().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = server.child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the server did not exit with a watcher connected: {}",
-            server.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = terminate(&mut server.child)
+        .unwrap_or_else(|| panic!("no exit with a watcher connected: {}", server.log()));
     assert!(status.success(), "{status:?}: {}", server.log());
     // The watcher's stream ended rather than being cut off mid-event.
     watcher
@@ -699,14 +718,138 @@ fn sigterm_ends_tail_streams_and_stops_every_topology_with_a_final_checkpoint() 
     );
 }
 
+/// A fan-out (`nums` to `evens` and `odds`) and a fan-in (both into the
+/// window `per_second`) over generator rows whose event times start on
+/// 2024-01-01: years behind the wall clock.
+const FANNED: &str = r#"name = "fanned"
+[checkpoint]
+interval = "300ms"
+[sources.nums]
+plugin = "generator"
+config = { kind = "sequence", rate = 2000, first_event_rate = 2000 }
+watermark = { column = "ts" }
+[stages.evens]
+input = "nums"
+sql = "SELECT seq % 2 AS parity, ts FROM nums WHERE seq % 2 = 0"
+[stages.odds]
+input = "nums"
+sql = "SELECT seq % 2 AS parity, ts FROM nums WHERE seq % 2 = 1"
+[stages.per_second]
+input = ["evens", "odds"]
+window = { time = "ts", size = "1s" }
+key = ["parity"]
+aggregates = ["count(*) AS n"]
+parallelism = 2
+[sinks.out]
+input = "per_second"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out", format = "jsonl" }
+"#;
+
+/// Rows whose event times start now and keep pace with the wall clock.
+fn live(now_ms: u128) -> String {
+    format!(
+        r#"name = "live"
+[sources.ticks]
+plugin = "generator"
+config = {{ kind = "sequence", rate = 500, first_event_rate = 500, base_time = {now_ms} }}
+watermark = {{ column = "ts" }}
+[sinks.out]
+input = "ticks"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out", format = "jsonl" }}
+"#
+    )
+}
+
+/// The UTC date `days` after 1970-01-01, as YYYY-MM-DD (Howard Hinnant's
+/// civil-from-days).
+fn utc_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The part of the page's DOM that shows topology `name` (topologies are
+/// listed by name).
+fn section<'a>(dom: &'a str, name: &str, next: Option<&str>) -> &'a str {
+    let start = dom
+        .find(&format!("data-topology=\"{name}\""))
+        .unwrap_or_else(|| panic!("the page shows `{name}`:\n{dom}"));
+    let end = next
+        .and_then(|n| dom.find(&format!("data-topology=\"{n}\"")))
+        .unwrap_or(dom.len());
+    &dom[start..end]
+}
+
+/// Every value of attribute `attr` in `html`.
+fn attr_values<'a>(html: &'a str, attr: &str) -> Vec<&'a str> {
+    let key = format!("{attr}=\"");
+    html.match_indices(&key)
+        .filter_map(|(i, _)| html[i + key.len()..].split('"').next())
+        .collect()
+}
+
 #[test]
 fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
+    assert_eq!(utc_date(19_723), "2024-01-01");
     let s = Scratch::new();
     // Behind tokens: the page and its calls carry the read token.
     let server = start_with_roles(&s, &[]);
-    let topology = evens("paged");
-    let (status, body) = server.post("/topologies", &topology, Some(ADMIN));
+    let (status, body) = server.post("/topologies", FANNED, Some(ADMIN));
     assert_eq!(status, 201, "{body}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    let (status, body) = server.post("/topologies", &live(now_ms), Some(ADMIN));
+    assert_eq!(status, 201, "{body}");
+    // Enough history for the page to draw: checkpoints, rate samples,
+    // watermarks through the fan-in, every edge gauged.
+    server.wait_until(
+        || {
+            let f = &server.json("/topologies/fanned")["status"];
+            let stage = |name: &str| {
+                f["stages"]
+                    .as_array()
+                    .and_then(|s| s.iter().find(|s| s["name"] == name))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let l = &server.json("/topologies/live")["status"];
+            f["checkpoints"].as_array().is_some_and(|c| c.len() >= 3)
+                && stage("nums")["rows_per_second"]
+                    .as_array()
+                    .is_some_and(|r| r.len() >= 3)
+                && stage("per_second")["watermark_ms"].is_i64()
+                && f["edges"].as_array().is_some_and(|e| e.len() == 5)
+                && l["stages"][0]["watermark_ms"].is_i64()
+        },
+        "checkpoints, rates, watermarks and edges in the status records",
+    );
+    let record = server.json("/topologies/fanned");
+    let checkpoints = record["status"]["checkpoints"].as_array().expect("history");
+    assert!(
+        checkpoints
+            .iter()
+            .all(|c| c["error"].is_null() && c["bytes"].as_u64() > Some(0)),
+        "{checkpoints:?}"
+    );
+    assert!(
+        checkpoints
+            .iter()
+            .any(|c| c["state_bytes"].as_u64() > Some(0)),
+        "the window's state is in the checkpoint sizes: {checkpoints:?}"
+    );
     let profile = tempfile::tempdir().expect("profile");
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     let url = format!("http://{}/?token={READER}", server.addr);
@@ -722,7 +865,7 @@ fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
                 "--disable-component-update",
                 "--disable-sync",
                 "--virtual-time-budget=4000",
-                "--window-size=1200,900",
+                "--window-size=1280,1400",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(extra)
@@ -732,22 +875,96 @@ fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
     };
     let dom = browser("--dump-dom");
     let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
-    for expected in [
-        "data-topology=\"paged\"",
-        "data-node=\"nums\"",
-        "data-node=\"evens\"",
-        "data-node=\"out\"",
-        ">RUNNING<",
-        "← nums",
-        "← evens",
-        "rows/s",
-        "1 topologies, 1 running",
-    ] {
+    assert!(dom.contains("2 topologies, 2 running"), "{dom}");
+    let fanned = section(&dom, "fanned", Some("live"));
+    let live = section(&dom, "live", None);
+    for node in ["nums", "evens", "odds", "per_second", "out"] {
         assert!(
-            dom.contains(expected),
-            "the page shows {expected:?}:\n{dom}"
+            fanned.contains(&format!("data-node=\"{node}\"")),
+            "node {node}:\n{fanned}"
         );
     }
+    assert!(fanned.contains(">RUNNING<"), "{fanned}");
+    // The graph: exactly the edges of the fan-out and the fan-in, each
+    // with its fill; no `← input` lists.
+    let mut edges: Vec<String> = attr_values(fanned, "data-edge")
+        .iter()
+        .map(|e| e.replace("&gt;", ">"))
+        .collect();
+    edges.sort_unstable();
+    assert_eq!(
+        edges,
+        [
+            "evens->per_second",
+            "nums->evens",
+            "nums->odds",
+            "odds->per_second",
+            "per_second->out"
+        ],
+        "{fanned}"
+    );
+    let fills = attr_values(fanned, "data-fill");
+    assert_eq!(fills.len(), 5, "every edge shows its fill: {fanned}");
+    assert!(
+        fills
+            .iter()
+            .all(|f| f.parse::<f64>().is_ok_and(|f| (0.0..=1.0).contains(&f))),
+        "{fills:?}"
+    );
+    assert_eq!(
+        attr_values(fanned, "data-edge-label").len(),
+        5,
+        "each edge labelled with its fill"
+    );
+    assert!(!fanned.contains("← "), "{fanned}");
+    // A rows/s sparkline per node, drawn from several samples for the
+    // source.
+    let points: Vec<usize> = attr_values(fanned, "data-points")
+        .iter()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(points.len(), 5, "a sparkline per node: {fanned}");
+    assert!(points.iter().all(|p| *p >= 2), "{points:?}");
+    assert!(fanned.contains("class=\"spark\""), "a drawn line: {fanned}");
+    assert!(fanned.contains("rows/s"), "{fanned}");
+    // The checkpoint history: one row per checkpoint, newest first.
+    let epochs: Vec<u64> = attr_values(fanned, "data-epoch")
+        .iter()
+        .filter_map(|e| e.parse().ok())
+        .collect();
+    assert!(epochs.len() >= 3, "checkpoint rows: {fanned}");
+    assert!(epochs.windows(2).all(|w| w[0] > w[1]), "{epochs:?}");
+    assert!(
+        attr_values(fanned, "data-failed")
+            .iter()
+            .all(|f| *f == "false"),
+        "{fanned}"
+    );
+    assert!(fanned.contains("committed"), "{fanned}");
+    // Event time as a date-time; years-old events show no lag.
+    assert!(
+        fanned.contains(">2024-01-01 00:") && fanned.contains(" UTC<"),
+        "the generator's event time as a date-time: {fanned}"
+    );
+    assert!(!fanned.contains("lag"), "no lag for old events: {fanned}");
+    // Live events: their time is today's, and the lag behind them shows.
+    // Event times start at `now_ms` (a run across midnight UTC: the next day).
+    let day = (now_ms / 86_400_000) as i64;
+    assert!(
+        [day, day + 1]
+            .iter()
+            .any(|d| live.contains(&format!(">{} ", utc_date(*d)))),
+        "live event time as a date-time ({}): {live}",
+        utc_date(day)
+    );
+    let lag = live
+        .split(">lag ")
+        .nth(1)
+        .and_then(|l| l.split(" s<").next())
+        .and_then(|l| l.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("a lag in seconds for live events: {live}"));
+    assert!(lag < 60.0, "the lag of live events is small: {lag}");
+
     let _ = browser(&format!("--screenshot={}", shot.display()));
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(
@@ -755,8 +972,10 @@ fn the_status_page_draws_each_topology_as_its_dag_in_a_real_browser() {
         "a PNG screenshot at {}",
         shot.display()
     );
-    let (status, _) = server.post("/topologies/paged/stop", "", Some(ADMIN));
-    assert_eq!(status, 200);
+    for name in ["fanned", "live"] {
+        let (status, _) = server.post(&format!("/topologies/{name}/stop"), "", Some(ADMIN));
+        assert_eq!(status, 200);
+    }
 }
 
 /// The value of the metric line starting with `prefix`, if present.
@@ -997,128 +1216,4 @@ fn submissions_and_watchers_over_the_servers_limits_are_refused_naming_the_limit
             200
         );
     }
-}
-
-/// Confinement: a hosted topology reaches only its own directory and the
-/// roots the operator allows, and reads only the environment variables
-/// the operator lends. Each escape is refused at submit naming the key,
-/// creates nothing, and the server stays up; an allowed root works.
-#[test]
-fn a_hosted_topology_cannot_reach_outside_its_directory_and_the_allowed_roots() {
-    let s = Scratch::new();
-    let root = s.path().join("shared");
-    std::fs::create_dir_all(root.join("data")).expect("root");
-    std::fs::write(root.join("data/x.csv"), "1,a\n2,b\n3,c\n").expect("csv");
-    #[cfg(unix)]
-    std::os::unix::fs::symlink("/etc", root.join("evil")).expect("symlink");
-    let root_arg = root.display().to_string();
-    let server = Server::start_with(
-        &s,
-        &[("FV_LENT", "ok")],
-        &["--allow-root", &root_arg, "--allow-secret-env", "FV_LENT"],
-        None,
-    );
-    // Another tenant's topology runs throughout the attacks below.
-    let (status, body) = server.post("/topologies", &sequence("bystander", 20_000, 4_000), None);
-    assert_eq!(status, 201, "{body}");
-    let escape = s.path().join("escaped");
-    let reader = |grant: &str, path: &str| {
-        format!(
-            r#"name = "reader"
-[sources.rows]
-plugin = "file-source"
-allow_read = ["{grant}"]
-config = {{ path = "{path}", format = "csv", header = false, columns = ["n:int64", "s:utf8"] }}
-[sinks.out]
-input = "rows"
-plugin = "file-sink"
-allow_write = ["out"]
-config = {{ path = "out" }}
-"#
-        )
-    };
-    let refused = |text: &str, key: &str, why: &str| {
-        let (status, body) = server.post("/topologies", text, None);
-        assert_eq!(status, 400, "{key}: {body}");
-        assert!(
-            body.contains(key) && body.contains(why),
-            "{key} / {why}: {body}"
-        );
-    };
-    refused(
-        &reader("/etc", "/etc/passwd"),
-        "allow_read.0",
-        "outside what this server allows",
-    );
-    refused(
-        &reader("../../..", "../../../etc/passwd"),
-        "allow_read.0",
-        "climbs out",
-    );
-    #[cfg(unix)]
-    refused(
-        &reader(
-            &format!("{root_arg}/evil"),
-            &format!("{root_arg}/evil/passwd"),
-        ),
-        "allow_read.0",
-        "through a symlink",
-    );
-    refused(
-        &sequence("writer", 10, 0).replace(
-            "allow_write = [\"out\"]",
-            &format!("allow_write = [\"{}\"]", escape.display()),
-        ),
-        "allow_write.0",
-        "outside",
-    );
-    assert!(!escape.exists(), "a refused grant created nothing");
-    refused(
-        &sequence("shell", 10, 0).replace("plugin = \"generator\"", "path = \"/bin/sh\""),
-        "path",
-        "outside",
-    );
-    refused(
-        &sequence("leaky", 10, 0).replace("[sinks.out]", "[sinks.out]\nallow_env = [\"HOME\"]"),
-        "allow_env.0",
-        "--allow-secret-env HOME",
-    );
-    refused(
-        &sequence("exfil", 10, 0).replace(
-            "[sources.nums]",
-            "[sources.nums]\nallow_kafka = [\"127.0.0.1:9\"]\nkafka_secrets = { \"sasl.password\" = \"AWS_SECRET_ACCESS_KEY\" }",
-        ),
-        "kafka_secrets.sasl.password",
-        "not one this server lends",
-    );
-    assert_eq!(server.get("/healthz").0, 200, "the server is up");
-
-    // What the operator allows works: a file under an allowed root.
-    let (status, body) = server.post(
-        "/topologies",
-        &reader(
-            &format!("{root_arg}/data"),
-            &format!("{root_arg}/data/x.csv"),
-        ),
-        None,
-    );
-    assert_eq!(status, 201, "{body}");
-    server.wait_until(|| server.state("reader") != "RUNNING", "the reader ends");
-    assert_eq!(server.state("reader"), "STOPPED");
-    assert_eq!(
-        s.output_lines("data/topologies/reader/out").len(),
-        3,
-        "the allowed file's rows"
-    );
-    // The other tenant was not disturbed: every row exactly once.
-    server.wait_until(
-        || server.state("bystander") != "RUNNING",
-        "the bystander ends",
-    );
-    assert_eq!(server.state("bystander"), "STOPPED");
-    assert_eq!(
-        int_column(&s.output_lines("data/topologies/bystander/out"), "seq"),
-        (0..20_000).collect::<Vec<i64>>(),
-        "the bystander's output is whole"
-    );
 }

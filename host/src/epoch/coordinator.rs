@@ -186,6 +186,7 @@ impl Coordinator {
         let mut next_due = Instant::now() + self.config.interval;
         loop {
             if self.control.has_failed() {
+                self.abandoned(&pending);
                 return committed;
             }
             if last_epoch.is_none() {
@@ -286,12 +287,24 @@ impl Coordinator {
                 match self.commit(epoch, started, e) {
                     Ok(true) => {}
                     // The run failed first; this epoch stays uncommitted.
-                    Ok(false) => return committed,
+                    Ok(false) => {
+                        self.control.checkpoint_failed(
+                            epoch,
+                            micros_since(started),
+                            self.run_failed(),
+                        );
+                        return committed;
+                    }
                     Err(err @ CheckpointError::AfterCommit { .. }) => {
                         self.control.fail(err.to_string());
                         return Some(epoch);
                     }
                     Err(err) => {
+                        self.control.checkpoint_failed(
+                            epoch,
+                            micros_since(started),
+                            err.to_string(),
+                        );
                         self.control.fail(err.to_string());
                         return committed;
                     }
@@ -302,6 +315,22 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// The run failed with epochs under way: the oldest of them is the
+    /// checkpoint that failed (the newer ones only waited behind it).
+    fn abandoned(&self, pending: &BTreeMap<u64, Pending>) {
+        if let Some((epoch, e)) = pending.iter().next() {
+            let micros = e.started.map(micros_since).unwrap_or(0);
+            self.control
+                .checkpoint_failed(*epoch, micros, self.run_failed());
+        }
+    }
+
+    /// Why an epoch under way did not complete: the run's failure.
+    fn run_failed(&self) -> String {
+        let why = self.control.failure().unwrap_or_default();
+        format!("not completed: the run failed: {why}")
     }
 
     /// Write the manifest of `epoch` (the commit point), then tell sinks
@@ -403,8 +432,8 @@ impl Coordinator {
                 return Err(not_committed(e));
             }
         };
-        let micros = started.elapsed().as_micros() as u64;
-        self.control.committed(epoch, micros, bytes);
+        let micros = micros_since(started);
+        self.control.committed(epoch, micros, bytes, state_bytes);
         tracing::debug!(epoch, micros, "manifest written");
         super::fault_point("after-manifest", epoch)
             .map_err(|source| CheckpointError::AfterCommit { epoch, source })?;
@@ -429,4 +458,9 @@ impl Coordinator {
         }
         Ok(true)
     }
+}
+
+/// Microseconds since `started`.
+fn micros_since(started: Instant) -> u64 {
+    started.elapsed().as_micros().min(u128::from(u64::MAX)) as u64
 }

@@ -8,8 +8,14 @@
 //! may then abort exactly the epochs after it; the durable ones it commits
 //! or leaves for the restart.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::status::{CheckpointRecord, now_ms};
+
+/// How many checkpoints the history keeps (the newest).
+pub const CHECKPOINT_HISTORY: usize = 20;
 
 /// Shared by all tasks of one run.
 #[derive(Debug, Default)]
@@ -25,6 +31,8 @@ pub struct RunControl {
     checkpoint_micros: AtomicU64,
     /// That checkpoint's size in bytes (manifest; state objects to come).
     checkpoint_bytes: AtomicU64,
+    /// The newest checkpoints, committed or failed, oldest first.
+    checkpoints: Mutex<VecDeque<CheckpointRecord>>,
 }
 
 /// What is known about the newest epochs' manifests.
@@ -118,11 +126,57 @@ impl RunControl {
     }
 
     /// Record that `epoch` committed; its checkpoint took `micros` to
-    /// write and holds `bytes`.
-    pub fn committed(&self, epoch: u64, micros: u64, bytes: u64) {
+    /// write and holds `bytes`, `state_bytes` of them stage state.
+    pub fn committed(&self, epoch: u64, micros: u64, bytes: u64, state_bytes: u64) {
         self.checkpoint_micros.store(micros, Ordering::SeqCst);
         self.checkpoint_bytes.store(bytes, Ordering::SeqCst);
         self.committed_epoch.store(epoch, Ordering::SeqCst);
+        self.remember(CheckpointRecord {
+            epoch,
+            at_ms: now_ms(),
+            duration_micros: micros,
+            bytes,
+            state_bytes,
+            error: None,
+        });
+    }
+
+    /// Record that the checkpoint of `epoch` failed after `micros`.
+    pub fn checkpoint_failed(&self, epoch: u64, micros: u64, error: String) {
+        self.remember(CheckpointRecord {
+            epoch,
+            at_ms: now_ms(),
+            duration_micros: micros,
+            bytes: 0,
+            state_bytes: 0,
+            error: Some(error),
+        });
+    }
+
+    /// Put `earlier` (a previous run's history, oldest first) before this
+    /// run's checkpoints, keeping the newest [`CHECKPOINT_HISTORY`].
+    pub fn continue_history(&self, earlier: Vec<CheckpointRecord>) {
+        let mut h = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let ours = std::mem::take(&mut *h);
+        h.extend(earlier);
+        h.extend(ours);
+        while h.len() > CHECKPOINT_HISTORY {
+            h.pop_front();
+        }
+    }
+
+    fn remember(&self, record: CheckpointRecord) {
+        let mut h = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        if h.len() >= CHECKPOINT_HISTORY {
+            h.pop_front();
+        }
+        h.push_back(record);
+    }
+
+    /// The newest checkpoints, committed or failed, oldest first.
+    pub fn checkpoints(&self) -> Vec<CheckpointRecord> {
+        let h = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        h.iter().cloned().collect()
     }
 
     /// The last committed epoch, if any, with its checkpoint duration (µs)
@@ -182,6 +236,62 @@ mod tests {
         // `fail` returned, so the seal it raced with is over and visible.
         assert_eq!(control.commit_point().durable, Some(7));
         assert!(sealing.join().expect("join").is_ok());
+    }
+
+    #[test]
+    fn the_checkpoint_history_keeps_the_newest_committed_and_failed_epochs() {
+        let control = RunControl::default();
+        control.continue_history(vec![CheckpointRecord {
+            epoch: 4,
+            at_ms: 1,
+            duration_micros: 9,
+            bytes: 0,
+            state_bytes: 0,
+            error: Some("disk full (the previous run)".into()),
+        }]);
+        for epoch in 4..30 {
+            control.committed(epoch, 1_000 + epoch, 200 + epoch, 100 + epoch);
+        }
+        control.checkpoint_failed(30, 5_000, "disk full".into());
+        let h = control.checkpoints();
+        assert_eq!(h.len(), CHECKPOINT_HISTORY, "bounded");
+        assert_eq!(
+            h.first().map(|c| c.epoch),
+            Some(11),
+            "the oldest went first"
+        );
+        let last = h.last().expect("the failure");
+        assert_eq!(
+            (last.epoch, last.duration_micros, last.error.as_deref()),
+            (30, 5_000, Some("disk full"))
+        );
+        let ok = &h[h.len() - 2];
+        assert_eq!(
+            (
+                ok.epoch,
+                ok.duration_micros,
+                ok.bytes,
+                ok.state_bytes,
+                ok.error.as_deref()
+            ),
+            (29, 1_029, 229, 129, None)
+        );
+        assert_eq!(control.last_commit(), Some((29, 1_029, 229)));
+        // A new run continues the history, this run's checkpoints last.
+        let next = RunControl::default();
+        next.committed(30, 1, 2, 1);
+        next.continue_history(h);
+        let h = next.checkpoints();
+        assert_eq!(h.len(), CHECKPOINT_HISTORY);
+        assert_eq!(
+            h.iter()
+                .rev()
+                .take(2)
+                .map(|c| (c.epoch, c.error.is_some()))
+                .collect::<Vec<_>>(),
+            vec![(30, false), (30, true)],
+            "the retried epoch after the one that failed"
+        );
     }
 
     #[test]

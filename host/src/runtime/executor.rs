@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, bounded, unbound
 
 use super::checkpoint::StateContext;
 use super::control::RunControl;
+use super::edge::{ChannelGauge, EdgeGauge, EdgeSender};
 use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
@@ -150,15 +151,25 @@ pub fn run(
     }
     for (consumer, names, tasks) in &consumers {
         for (position, input) in names.iter().enumerate() {
-            for p in 0..parallelism.get(input).copied().unwrap_or(0) {
+            let producers = parallelism.get(input).copied().unwrap_or(0);
+            let gauge = EdgeGauge::new(
+                input,
+                consumer,
+                false,
+                producers * tasks,
+                settings.channel_capacity,
+            );
+            metric(consumer).watch_edge(Arc::clone(&gauge));
+            for p in 0..producers {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
                     let (tx, rx) = bounded(settings.channel_capacity);
-                    senders.push(tx);
+                    let channel = gauge.channel(p * tasks + c);
+                    senders.push(EdgeSender::new(tx, channel.clone()));
                     inputs
                         .entry((consumer.clone(), c))
                         .or_default()
-                        .push((position, rx));
+                        .push((position, rx, channel));
                 }
                 let key = keys.get(consumer).and_then(|k| k.get(position));
                 let downstream = match (key, schemas.get(input)) {
@@ -180,28 +191,52 @@ pub fn run(
     // Side outputs: each step task has its own edge to the dead-letter
     // sink, each task of a stage with `late_rows` its own edge to that
     // sink, so that barriers align there like on any other edge.
-    let mut side_outputs: BTreeMap<(String, usize), Sender<Message>> = BTreeMap::new();
-    for stage in &plan.stages {
-        for (i, task) in stage.tasks.iter().enumerate() {
-            let sink = match (task, &plan.topology.dead_letter, &stage.late_rows) {
-                (StageTask::Step(_), Some(dlq), _) => dlq,
-                (StageTask::Stateful(_), _, Some(late)) => late,
-                _ => continue,
-            };
+    let mut side_outputs: BTreeMap<(String, usize), EdgeSender> = BTreeMap::new();
+    let mut side_edge = |from: &str, to: &str, tasks: &[bool]| {
+        let gauge = EdgeGauge::new(
+            from,
+            to,
+            true,
+            tasks.iter().filter(|t| **t).count(),
+            settings.channel_capacity,
+        );
+        let mut channels = 0;
+        for (i, _) in tasks.iter().enumerate().filter(|(_, t)| **t) {
             let (tx, rx) = bounded(settings.channel_capacity);
-            side_outputs.insert((stage.name.clone(), i), tx);
-            inputs.entry((sink.clone(), 0)).or_default().push((0, rx));
+            let channel = gauge.channel(channels);
+            channels += 1;
+            side_outputs.insert((from.to_string(), i), EdgeSender::new(tx, channel.clone()));
+            inputs
+                .entry((to.to_string(), 0))
+                .or_default()
+                .push((0, rx, channel));
+        }
+        if channels > 0 {
+            metric(to).watch_edge(gauge);
+        }
+    };
+    for stage in &plan.stages {
+        let sinks: Vec<Option<&String>> = stage
+            .tasks
+            .iter()
+            .map(
+                |task| match (task, &plan.topology.dead_letter, &stage.late_rows) {
+                    (StageTask::Step(_), Some(dlq), _) => Some(dlq),
+                    (StageTask::Stateful(_), _, Some(late)) => Some(late),
+                    _ => None,
+                },
+            )
+            .collect();
+        if let Some(sink) = sinks.iter().flatten().next() {
+            let tasks: Vec<bool> = sinks.iter().map(|s| *s == Some(*sink)).collect();
+            side_edge(&stage.name, sink, &tasks);
         }
     }
     // Records a source could not read (malformed messages) go to the
     // dead-letter sink too, on an edge per source task.
     if let Some(dlq) = &plan.topology.dead_letter {
         for source in &plan.sources {
-            for i in 0..source.tasks.len() {
-                let (tx, rx) = bounded(settings.channel_capacity);
-                side_outputs.insert((source.name.clone(), i), tx);
-                inputs.entry((dlq.clone(), 0)).or_default().push((0, rx));
-            }
+            side_edge(&source.name, dlq, &vec![true; source.tasks.len()]);
         }
     }
 
@@ -748,7 +783,7 @@ impl SourceTask {
 
 /// One input edge of a task: the upstream's position in the task's
 /// `input` list, and the channel.
-type TaskInput = (usize, Receiver<Message>);
+type TaskInput = (usize, Receiver<Message>, ChannelGauge);
 
 /// A stage or sink task: receives from its inputs, aligns barriers, and
 /// (sinks) obeys commit commands.
@@ -759,10 +794,18 @@ fn operator_task(
     mut out: Emitter,
     control: &RunControl,
 ) {
-    let (sides, inputs): (Vec<usize>, Vec<Receiver<Message>>) = inputs.into_iter().unzip();
+    let mut sides = Vec::with_capacity(inputs.len());
+    let mut receivers = Vec::with_capacity(inputs.len());
+    let mut gauges = Vec::with_capacity(inputs.len());
+    for (side, rx, gauge) in inputs {
+        sides.push(side);
+        receivers.push(rx);
+        gauges.push(gauge);
+    }
     let result = operator_loop(
         op.as_mut(),
-        &inputs,
+        &receivers,
+        &gauges,
         &sides,
         commands.as_ref(),
         &mut out,
@@ -781,6 +824,7 @@ fn operator_task(
 fn operator_loop(
     op: &mut dyn Operator,
     inputs: &[Receiver<Message>],
+    gauges: &[ChannelGauge],
     sides: &[usize],
     commands: Option<&Receiver<SinkCommand>>,
     out: &mut Emitter,
@@ -826,7 +870,13 @@ fn operator_loop(
             }
             continue;
         };
-        match ready.recv(&inputs[i]) {
+        let message = ready.recv(&inputs[i]);
+        if message.is_ok()
+            && let Some(gauge) = gauges.get(i)
+        {
+            gauge.received();
+        }
+        match message {
             Ok(Message::Batch(batch, read_at)) => {
                 StageMetrics::add(&out.metrics.batches_in, 1);
                 StageMetrics::add(&out.metrics.rows_in, batch.num_rows() as u64);

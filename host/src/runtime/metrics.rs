@@ -46,6 +46,55 @@ pub struct StageMetrics {
     /// bucket is too coarse to tell a commit at interval + 20 ms from one
     /// at interval + 200 ms.
     pub read_to_commit: CommitHistogram,
+    /// The edges into this stage or sink (its inputs and side outputs
+    /// that end here), each with how full its channels are.
+    pub edges: Mutex<Vec<std::sync::Arc<super::edge::EdgeGauge>>>,
+    /// Rows sent on per second, the newest [`RATE_HISTORY`] seconds.
+    pub rate_history: RateHistory,
+}
+
+/// How many per-second rates a [`RateHistory`] keeps (a minute).
+pub const RATE_HISTORY: usize = 60;
+
+/// The recent rows-per-second of one counter: sampled about once a
+/// second, bounded to the newest [`RATE_HISTORY`] samples.
+#[derive(Debug, Default)]
+pub struct RateHistory {
+    inner: Mutex<RateSamples>,
+}
+
+#[derive(Debug, Default)]
+struct RateSamples {
+    /// The counter and when it was read last.
+    last: Option<(u64, std::time::Instant)>,
+    /// Rows per second between successive samples, oldest first.
+    rates: std::collections::VecDeque<u64>,
+}
+
+impl RateHistory {
+    /// The counter reads `rows` at `at`: record the rate since the last
+    /// sample (the first sample only sets the start).
+    pub fn sample(&self, rows: u64, at: std::time::Instant) {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((before, then)) = s.last {
+            let secs = at.saturating_duration_since(then).as_secs_f64();
+            if secs <= 0.0 {
+                return;
+            }
+            let rate = (rows.saturating_sub(before) as f64 / secs).round() as u64;
+            if s.rates.len() == RATE_HISTORY {
+                s.rates.pop_front();
+            }
+            s.rates.push_back(rate);
+        }
+        s.last = Some((rows, at));
+    }
+
+    /// The rates, oldest first.
+    pub fn rates(&self) -> Vec<u64> {
+        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.rates.iter().copied().collect()
+    }
 }
 
 /// Upper bounds of the freshness buckets, in microseconds: 1, 1.5, 2, 3,
@@ -272,6 +321,24 @@ impl StageMetrics {
         sources.chain(stages).chain(sinks).collect()
     }
 
+    /// Count how full `edge` (one of this node's inputs) is.
+    pub fn watch_edge(&self, edge: std::sync::Arc<super::edge::EdgeGauge>) {
+        self.edges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(edge);
+    }
+
+    /// How full each edge into this node is now.
+    pub fn edge_status(&self) -> Vec<super::status::EdgeStatus> {
+        self.edges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|e| e.status())
+            .collect()
+    }
+
     /// Task `task` forwarded watermark `micros`.
     pub fn forwarded(&self, task: usize, micros: i64) {
         let mut w = self
@@ -342,6 +409,25 @@ mod tests {
         let p99 = s.quantile(0.99).expect("p99");
         assert!((30_000..=50_000).contains(&p99), "{p99}");
         assert_eq!(s.quantile(1.0), Some(400_000));
+    }
+
+    #[test]
+    fn the_rate_history_is_rows_per_second_between_samples_and_keeps_a_minute() {
+        let h = RateHistory::default();
+        let t0 = std::time::Instant::now();
+        h.sample(100, t0);
+        assert!(h.rates().is_empty(), "one sample is no rate yet");
+        h.sample(1_100, t0 + Duration::from_secs(1));
+        h.sample(1_600, t0 + Duration::from_secs(3));
+        assert_eq!(h.rates(), vec![1_000, 250]);
+        h.sample(1_600, t0 + Duration::from_secs(3));
+        assert_eq!(h.rates().len(), 2, "no time passed: no sample");
+        for i in 0..100u64 {
+            h.sample(1_600 + (i + 1) * 10, t0 + Duration::from_secs(4 + i));
+        }
+        let rates = h.rates();
+        assert_eq!(rates.len(), RATE_HISTORY, "bounded");
+        assert!(rates.iter().all(|r| *r == 10), "{rates:?}");
     }
 
     #[test]

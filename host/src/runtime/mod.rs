@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod cpu;
 pub mod dead_letter;
+pub mod edge;
 pub mod executor;
 pub mod message;
 pub mod metrics;

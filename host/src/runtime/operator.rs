@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use crossbeam_channel::Sender;
 
+use super::edge::EdgeSender;
 use super::message::{Message, Watermark};
 use super::metrics::StageMetrics;
 use crate::plugin::PluginError;
@@ -83,7 +83,7 @@ pub trait Operator: Send {
 
 /// The senders of one downstream stage: one per downstream task.
 pub struct Downstream {
-    senders: Vec<Sender<Message>>,
+    senders: Vec<EdgeSender>,
     next: usize,
     /// For a keyed stage: how rows are routed to the task owning their key.
     keyed: Option<KeyRouting>,
@@ -98,9 +98,9 @@ struct KeyRouting {
 
 impl Downstream {
     /// Senders to every task of one downstream stage; rows go round-robin.
-    pub fn new(senders: Vec<Sender<Message>>) -> Self {
+    pub fn new(senders: Vec<impl Into<EdgeSender>>) -> Self {
         Downstream {
-            senders,
+            senders: senders.into_iter().map(Into::into).collect(),
             next: 0,
             keyed: None,
         }
@@ -108,7 +108,7 @@ impl Downstream {
 
     /// Senders to every task of a keyed stage: each row goes to the task
     /// whose vnode range holds the hash of its key.
-    pub fn keyed(senders: Vec<Sender<Message>>, hasher: KeyHasher) -> Self {
+    pub fn keyed(senders: Vec<EdgeSender>, hasher: KeyHasher) -> Self {
         let owners = VnodeRange::owners(senders.len());
         Downstream {
             senders,
@@ -162,7 +162,7 @@ pub struct Emitter {
     downstream: Vec<Downstream>,
     /// The side output: the dead-letter sink of a step, the late-rows sink
     /// of a stateful stage.
-    side: Option<Sender<Message>>,
+    side: Option<EdgeSender>,
     /// The stage's counters.
     pub metrics: Arc<StageMetrics>,
     /// Which task of the stage this is (for per-task gauges).
@@ -176,7 +176,7 @@ impl Emitter {
     /// An emitter over `downstream` edges, with an optional side output.
     pub fn new(
         downstream: Vec<Downstream>,
-        side: Option<Sender<Message>>,
+        side: Option<EdgeSender>,
         metrics: Arc<StageMetrics>,
     ) -> Self {
         Emitter {

@@ -63,6 +63,54 @@ pub struct StageStatus {
     /// Sinks: read of an epoch's oldest row → its commit.
     #[serde(default)]
     pub read_to_commit: Option<super::metrics::LatencySnapshot>,
+    /// Rows sent on (sinks: written) per second, one a second, oldest
+    /// first: the last minute at most.
+    #[serde(default)]
+    pub rows_per_second: Vec<u64>,
+}
+
+/// How full one edge is: the bounded channels from every task of `from`
+/// to every task of `to`. An edge that stays full is where backpressure
+/// builds: `to` cannot keep up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeStatus {
+    /// The upstream source or stage.
+    pub from: String,
+    /// The downstream stage or sink.
+    pub to: String,
+    /// A side output (dead letters of a step or source, late rows of a
+    /// window) rather than one of `to`'s inputs.
+    #[serde(default)]
+    pub side: bool,
+    /// Channels on the edge (upstream tasks × downstream tasks).
+    pub channels: u64,
+    /// Messages (batches, watermarks, barriers) one channel holds before
+    /// its sender waits: the topology's `channel_capacity`.
+    pub capacity: u64,
+    /// Messages waiting in all its channels.
+    pub queued: u64,
+    /// Messages waiting in its fullest channel: `fullest / capacity` is
+    /// the edge's fill (1: a sender waits).
+    pub fullest: u64,
+}
+
+/// One checkpoint (epoch) in the status record's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// The epoch.
+    pub epoch: u64,
+    /// When it committed (or failed), Unix milliseconds.
+    pub at_ms: u64,
+    /// From its barrier to its durable manifest (or the failure), µs.
+    pub duration_micros: u64,
+    /// Bytes written: manifest and state objects (0 when it failed).
+    pub bytes: u64,
+    /// Of those, the stateful stages' state objects.
+    #[serde(default)]
+    pub state_bytes: u64,
+    /// Why it failed; absent when it committed.
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// The status record.
@@ -88,6 +136,13 @@ pub struct StatusRecord {
     pub last_checkpoint_bytes: Option<u64>,
     /// Per stage counters.
     pub stages: Vec<StageStatus>,
+    /// Per edge of the DAG, how full its channels are (backpressure).
+    #[serde(default)]
+    pub edges: Vec<EdgeStatus>,
+    /// The newest checkpoints (at most 20), committed or failed, oldest
+    /// first; a restarted run continues the history of the one before.
+    #[serde(default)]
+    pub checkpoints: Vec<CheckpointRecord>,
     /// CPU milliseconds by thread family (Linux; absent elsewhere).
     #[serde(default)]
     pub cpu: Option<super::cpu::CpuByFamily>,
@@ -137,6 +192,11 @@ impl Heartbeat {
             done: Arc::new(AtomicBool::new(false)),
             thread: None,
         };
+        // The previous run's checkpoints (a failed one, say) stay visible.
+        if let Ok(before) = read(state_dir) {
+            beat.control.continue_history(before.checkpoints);
+        }
+        sample_rates(&beat.metrics);
         beat.write(RunState::Running, None);
         let (path, topology, started, metrics, control, done) = (
             beat.path.clone(),
@@ -151,9 +211,14 @@ impl Heartbeat {
             .spawn(move || {
                 let tick = Duration::from_millis(100);
                 let mut waited = Duration::ZERO;
+                let mut sampled = std::time::Instant::now();
                 while !done.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
                     waited += tick;
+                    if sampled.elapsed() >= RATE_SAMPLE {
+                        sampled = std::time::Instant::now();
+                        sample_rates(&metrics);
+                    }
                     if waited >= interval {
                         waited = Duration::ZERO;
                         let record = record(
@@ -197,6 +262,17 @@ impl Heartbeat {
     }
 }
 
+/// How often the rows-per-second history is sampled.
+const RATE_SAMPLE: Duration = Duration::from_secs(1);
+
+/// Add a sample to every node's rows-per-second history.
+fn sample_rates(metrics: &[Arc<StageMetrics>]) {
+    let now = std::time::Instant::now();
+    for m in metrics {
+        m.rate_history.sample(StageMetrics::get(&m.rows_out), now);
+    }
+}
+
 /// The status record of a run from its live counters.
 pub fn record(
     topology: &str,
@@ -232,8 +308,11 @@ pub fn record(
                 batch_latency: Some(m.batch_latency.snapshot()).filter(|h| h.count > 0),
                 read_to_write: Some(m.read_to_write.snapshot()).filter(|h| h.count > 0),
                 read_to_commit: Some(m.read_to_commit.snapshot()).filter(|h| h.count > 0),
+                rows_per_second: m.rate_history.rates(),
             })
             .collect(),
+        edges: metrics.iter().flat_map(|m| m.edge_status()).collect(),
+        checkpoints: control.checkpoints(),
         cpu: super::cpu::sample(),
         error,
     }
@@ -255,4 +334,92 @@ fn write_record(path: &Path, record: &StatusRecord) {
 pub fn read(state_dir: &Path) -> std::io::Result<StatusRecord> {
     let bytes = std::fs::read(status_path(state_dir))?;
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::edge::{EdgeGauge, EdgeSender};
+    use crate::runtime::message::Message;
+
+    #[test]
+    fn the_record_carries_edges_rate_history_and_checkpoints() {
+        let source = Arc::new(StageMetrics::new("nums", "source"));
+        let sink = Arc::new(StageMetrics::new("out", "sink"));
+        let edge = EdgeGauge::new("nums", "out", false, 1, 8);
+        sink.watch_edge(Arc::clone(&edge));
+        let (tx, _rx) = crossbeam_channel::bounded(8);
+        let tx = EdgeSender::new(tx, edge.channel(0));
+        tx.send(Message::Barrier(1)).expect("send");
+        tx.send(Message::Barrier(2)).expect("send");
+        let t0 = std::time::Instant::now();
+        source.rate_history.sample(0, t0);
+        source.rate_history.sample(500, t0 + Duration::from_secs(1));
+        let control = RunControl::default();
+        control.committed(1, 2_000, 300, 120);
+        let metrics = [source, sink];
+        let r = record("t", 0, &metrics, &control, RunState::Running, None);
+        assert_eq!(r.stages[0].rows_per_second, vec![500]);
+        assert!(r.stages[1].rows_per_second.is_empty());
+        assert_eq!(r.edges.len(), 1);
+        let e = &r.edges[0];
+        assert_eq!(
+            (
+                e.from.as_str(),
+                e.to.as_str(),
+                e.side,
+                e.queued,
+                e.fullest,
+                e.capacity
+            ),
+            ("nums", "out", false, 2, 2, 8)
+        );
+        assert_eq!(r.checkpoints.len(), 1);
+        assert_eq!(
+            (
+                r.checkpoints[0].epoch,
+                r.checkpoints[0].bytes,
+                r.checkpoints[0].state_bytes
+            ),
+            (1, 300, 120)
+        );
+    }
+
+    #[test]
+    fn a_record_written_before_the_history_fields_still_reads() {
+        let old = r#"{"topology":"t","state":"STOPPED","pid":1,"started_at_ms":1,
+            "heartbeat_at_ms":2,"finished_at_ms":2,"last_committed_epoch":3,
+            "last_checkpoint_micros":4,"last_checkpoint_bytes":5,
+            "stages":[{"name":"nums","kind":"source","rows_in":0,"rows_out":9,"dead_lettered":0}],
+            "error":null}"#;
+        let r: StatusRecord = serde_json::from_str(old).expect("an old record reads");
+        assert!(r.edges.is_empty() && r.checkpoints.is_empty());
+        assert!(r.stages[0].rows_per_second.is_empty());
+    }
+
+    #[test]
+    fn a_new_run_continues_the_checkpoint_history_of_the_one_before() {
+        let dir = tempfile::tempdir().expect("dir");
+        let control = Arc::new(RunControl::default());
+        control.checkpoint_failed(7, 10, "disk full".into());
+        Heartbeat::start(dir.path(), "t", &[], control, Duration::from_secs(60))
+            .finish(RunState::Failed, Some("disk full".into()));
+        let next = Arc::new(RunControl::default());
+        let beat = Heartbeat::start(
+            dir.path(),
+            "t",
+            &[],
+            Arc::clone(&next),
+            Duration::from_secs(60),
+        );
+        next.committed(7, 20, 30, 0);
+        beat.finish(RunState::Stopped, None);
+        let r = read(dir.path()).expect("the record");
+        let epochs: Vec<(u64, bool)> = r
+            .checkpoints
+            .iter()
+            .map(|c| (c.epoch, c.error.is_some()))
+            .collect();
+        assert_eq!(epochs, vec![(7, true), (7, false)]);
+    }
 }

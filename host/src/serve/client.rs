@@ -1,6 +1,7 @@
 //! [`ServerClient`]: the command line's side of the control plane
 //! (`fvhost submit`, `ls`, `stop`, `start`, `delete`, `status --server`,
-//! `tail`): plain HTTP/1.1 to a `fvhost serve`, the bearer token from the
+//! `tail`): HTTP/1.1 to a `fvhost serve`, over TLS for an `https://`
+//! address (the system's roots, or `--ca-cert`), the bearer token from the
 //! environment. It only moves requests and answers; the server decides.
 
 use std::io::{BufRead, BufReader};
@@ -23,6 +24,19 @@ pub struct Answer {
     pub body: String,
 }
 
+/// Whether `base` names this machine (where clear text stays local).
+fn is_loopback(base: &str) -> bool {
+    let Ok(url) = url::Url::parse(base) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 /// A connection to one server.
 pub struct ServerClient {
     base: String,
@@ -31,18 +45,30 @@ pub struct ServerClient {
 }
 
 impl ServerClient {
-    /// A client of the server at `base` (`http://host:port`).
-    pub fn new(base: &str, token: Option<String>) -> Self {
+    /// A client of the server at `base` (`http://host:port` or
+    /// `https://host:port`); an HTTPS server's certificate must chain to
+    /// `ca_cert`'s certificates if given, else to the system's roots.
+    pub fn new(
+        base: &str,
+        token: Option<String>,
+        ca_cert: Option<&std::path::Path>,
+    ) -> Result<Self, super::tls::TlsError> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(10)))
+            .tls_config(super::tls::client_config(ca_cert)?)
             .build()
             .into();
-        ServerClient {
+        if token.is_some() && base.starts_with("http://") && !is_loopback(base) {
+            tracing::warn!(
+                "{base}: the token crosses the network in clear text; serve with --tls-cert/--tls-key and use https://"
+            );
+        }
+        Ok(ServerClient {
             base: base.trim_end_matches('/').to_string(),
             token,
             agent,
-        }
+        })
     }
 
     fn url(&self, path: &str) -> String {

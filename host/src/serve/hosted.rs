@@ -197,6 +197,10 @@ pub struct TopologySet {
     /// Names being submitted: taken before the (slow) planning, so two
     /// concurrent submits of one name cannot both go ahead.
     reserved: Mutex<std::collections::BTreeSet<String>>,
+    /// One lock per name, held through a whole start, stop or delete, so
+    /// those of one name run one after another: a start during a stop
+    /// waits for the stop's final checkpoint, then starts.
+    operations: Mutex<BTreeMap<String, Arc<Mutex<()>>>>,
 }
 
 /// A name reserved for a submit in progress, released on drop.
@@ -258,12 +262,33 @@ impl TopologySet {
             confinement,
             hosted: Mutex::new(BTreeMap::new()),
             reserved: Mutex::new(std::collections::BTreeSet::new()),
+            operations: Mutex::new(BTreeMap::new()),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Hosted>> {
         // A panic while holding the lock leaves the map usable.
         self.hosted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `operation` on `name` once every earlier start, stop or delete
+    /// of it is done.
+    fn serialized<T>(&self, name: &str, operation: impl FnOnce() -> T) -> T {
+        let turn = {
+            let mut operations = self.operations.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(operations.entry(name.to_string()).or_default())
+        };
+        let result = {
+            let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+            operation()
+        };
+        // Forget the name's lock once nobody holds or waits for it, so
+        // names that come and go do not pile up.
+        let mut operations = self.operations.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&turn) == 2 {
+            operations.remove(name);
+        }
+        result
     }
 
     /// Read and parse a hosted topology file, confined.
@@ -418,8 +443,12 @@ impl TopologySet {
     }
 
     /// Start a stopped or failed topology; it resumes from its newest
-    /// manifest.
+    /// manifest. During a stop it waits for the stop to finish.
     pub fn start(&self, name: &str) -> Result<TopologyView, ServeError> {
+        self.serialized(name, || self.start_now(name))
+    }
+
+    fn start_now(&self, name: &str) -> Result<TopologyView, ServeError> {
         let dir = {
             let mut hosted = self.lock();
             let entry = entry_of(&mut hosted, name)?;
@@ -444,19 +473,29 @@ impl TopologySet {
     }
 
     /// Stop a running topology: its sources stop, the final epoch is
-    /// checkpointed and committed, then it is STOPPED.
+    /// checkpointed and committed, then it is STOPPED. Until then it shows
+    /// as RUNNING, and a start or delete of it waits.
     pub fn stop(&self, name: &str) -> Result<TopologyView, ServeError> {
-        let run = {
+        self.serialized(name, || self.stop_now(name))
+    }
+
+    fn stop_now(&self, name: &str) -> Result<TopologyView, ServeError> {
+        let control = {
             let mut hosted = self.lock();
             let entry = entry_of(&mut hosted, name)?;
             let _ = std::fs::write(entry.dir.join(DESIRED_FILE), "stopped");
-            entry.run.take()
+            entry.run.as_ref().map(|run| Arc::clone(&run.control))
         };
-        if let Some(run) = run {
-            run.control.request_stop();
-            let ended = join(run.thread);
-            if let Some(entry) = self.lock().get_mut(name) {
-                entry.ended = Some(ended);
+        if let Some(control) = control {
+            control.request_stop();
+            // The run stays in place (and visible) through its final
+            // checkpoint; `view` reaps it once its thread has ended.
+            loop {
+                let view = self.view(name)?;
+                if view.state != RunState::Running {
+                    return Ok(view);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }
         self.view(name)
@@ -466,6 +505,10 @@ impl TopologySet {
     /// (checkpoints included), else keep `state/` for a later submission of
     /// the same name to resume from.
     pub fn delete(&self, name: &str, purge: bool) -> Result<(), ServeError> {
+        self.serialized(name, || self.delete_now(name, purge))
+    }
+
+    fn delete_now(&self, name: &str, purge: bool) -> Result<(), ServeError> {
         let mut hosted = self.lock();
         let entry = entry_of(&mut hosted, name)?;
         reap(entry);

@@ -1,6 +1,7 @@
 //! The control plane: `fvhost serve` hosts many topologies in one process,
 //! each isolated ([`TopologySet`]), behind an HTTP API ([`api`]: axum,
-//! JSON, bearer token, Prometheus `/metrics`, `/openapi.json`).
+//! JSON, bearer tokens, Prometheus `/metrics`, `/openapi.json`; HTTPS
+//! through [`tls`]).
 //!
 //! Entry point: [`serve`]. Topologies submitted through the API survive a
 //! restart of the server: each that was RUNNING resumes from its newest
@@ -13,6 +14,7 @@ pub mod client;
 mod hosted;
 mod openapi;
 mod prometheus;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +42,8 @@ pub struct ServeConfig {
     /// Where their grants and plugin files may point, which environment
     /// variables they may read.
     pub confinement: crate::topology::Confinement,
+    /// HTTPS instead of HTTP ([`tls::server_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Why the server could not run.
@@ -88,7 +92,12 @@ pub fn serve(
             .local_addr()
             .map_err(|e| ServerError::Start(e.to_string()))?;
         // Tests and scripts read this line for the port.
-        eprintln!("fvhost serve: listening on http://{addr}");
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        eprintln!("fvhost serve: listening on {scheme}://{addr}");
         let resume = Arc::clone(&state);
         tokio::task::spawn_blocking(move || {
             let started = resume.set.resume_all();
@@ -98,15 +107,27 @@ pub fn serve(
             resume.ready.store(true, Ordering::Relaxed);
         });
         let closing = Arc::clone(&state);
-        axum::serve(listener, api::router(state))
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                // Tail streams never end on their own: end them, or the
-                // graceful shutdown would wait on every watcher.
-                closing.close_streams();
-            })
-            .await
-            .map_err(|e| ServerError::Start(format!("serving: {e}")))
+        // Tail streams never end on their own: end them, or the graceful
+        // shutdown would wait on every watcher.
+        let shutdown = async move {
+            shutdown.await;
+            closing.close_streams();
+        };
+        let served = match config.tls {
+            Some(tls) => {
+                let listener = tls::TlsListener::new(listener, tls)
+                    .map_err(|e| ServerError::Start(e.to_string()))?;
+                axum::serve(listener, api::router(state))
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            None => {
+                axum::serve(listener, api::router(state))
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+        };
+        served.map_err(|e| ServerError::Start(format!("serving: {e}")))
     })?;
     let stopping = Arc::clone(&set);
     // Stop the runs with their final checkpoint, off the async runtime.

@@ -38,7 +38,7 @@ pub const DOCUMENT: &str = r##"{
     "/topologies/{name}": {
       "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
       "get": {
-        "summary": "One topology: state (RUNNING, STOPPED, FAILED), heartbeat, last committed epoch, rows per stage, checkpoint duration and size, CPU by thread family, error.",
+        "summary": "One topology: state (RUNNING, STOPPED, FAILED), its DAG, and the status record: heartbeat, last committed epoch, rows and rows/s history per stage, watermarks, how full each edge is, the checkpoint history (duration, size, failures), CPU by thread family, error.",
         "responses": { "200": { "description": "The topology", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Topology" } } } }, "404": { "description": "No such topology" } }
       },
       "delete": {
@@ -80,7 +80,70 @@ pub const DOCUMENT: &str = r##"{
         "properties": {
           "name": { "type": "string" },
           "state": { "enum": ["RUNNING", "STOPPED", "FAILED"] },
-          "status": { "type": ["object", "null"], "description": "The run's status record (as `fvhost status` prints it)." }
+          "graph": { "type": "array", "description": "The DAG: sources, stages, sinks, each with the nodes it reads from.", "items": { "type": "object", "properties": { "name": { "type": "string" }, "kind": { "type": "string" }, "inputs": { "type": "array", "items": { "type": "string" } } } } },
+          "status": { "oneOf": [ { "$ref": "#/components/schemas/Status" }, { "type": "null" } ], "description": "The run's status record (as `fvhost status` prints it)." }
+        }
+      },
+      "Status": {
+        "type": "object",
+        "description": "A run's status record. Fields added later are absent from records written before them.",
+        "properties": {
+          "topology": { "type": "string" },
+          "state": { "enum": ["RUNNING", "STOPPED", "FAILED"] },
+          "pid": { "type": "integer" },
+          "started_at_ms": { "type": "integer", "description": "Unix milliseconds." },
+          "heartbeat_at_ms": { "type": "integer" },
+          "finished_at_ms": { "type": ["integer", "null"] },
+          "last_committed_epoch": { "type": ["integer", "null"] },
+          "last_checkpoint_micros": { "type": ["integer", "null"] },
+          "last_checkpoint_bytes": { "type": ["integer", "null"] },
+          "stages": { "type": "array", "items": { "$ref": "#/components/schemas/StageStatus" } },
+          "edges": { "type": "array", "description": "How full each edge's bounded channels are (backpressure).", "items": { "$ref": "#/components/schemas/EdgeStatus" } },
+          "checkpoints": { "type": "array", "description": "The newest checkpoints (at most 20), committed or failed, oldest first; a restarted run continues the history of the one before.", "items": { "$ref": "#/components/schemas/Checkpoint" } },
+          "cpu": { "type": ["object", "null"], "description": "CPU milliseconds by thread family (Linux)." },
+          "error": { "type": ["string", "null"] }
+        }
+      },
+      "StageStatus": {
+        "type": "object",
+        "properties": {
+          "name": { "type": "string" },
+          "kind": { "type": "string", "description": "source, sink, or the stage kind (sql, step, window, …)." },
+          "rows_in": { "type": "integer" },
+          "rows_out": { "type": "integer", "description": "Rows sent on (sinks: written)." },
+          "dead_lettered": { "type": "integer" },
+          "late_rows": { "type": "integer" },
+          "restarts": { "type": "integer" },
+          "state_groups": { "type": "integer" },
+          "watermark_ms": { "type": ["integer", "null"], "description": "The node's watermark (its slowest task's): Unix milliseconds of event time." },
+          "batch_latency": { "type": ["object", "null"] },
+          "read_to_write": { "type": ["object", "null"] },
+          "read_to_commit": { "type": ["object", "null"] },
+          "rows_per_second": { "type": "array", "items": { "type": "integer" }, "description": "rows_out per second, one sample a second, oldest first: the last minute at most." }
+        }
+      },
+      "EdgeStatus": {
+        "type": "object",
+        "description": "The bounded channels from every task of `from` to every task of `to`; fullest / capacity is the edge's fill (1: a sender waits).",
+        "properties": {
+          "from": { "type": "string" },
+          "to": { "type": "string" },
+          "side": { "type": "boolean", "description": "A side output (dead letters, late rows), not one of `to`'s inputs." },
+          "channels": { "type": "integer" },
+          "capacity": { "type": "integer", "description": "Messages one channel holds (channel_capacity)." },
+          "queued": { "type": "integer", "description": "Messages waiting in all its channels." },
+          "fullest": { "type": "integer", "description": "Messages waiting in its fullest channel." }
+        }
+      },
+      "Checkpoint": {
+        "type": "object",
+        "properties": {
+          "epoch": { "type": "integer" },
+          "at_ms": { "type": "integer", "description": "When it committed or failed, Unix milliseconds." },
+          "duration_micros": { "type": "integer", "description": "Barrier to durable manifest (or to the failure)." },
+          "bytes": { "type": "integer", "description": "Manifest and state objects written (0 when it failed)." },
+          "state_bytes": { "type": "integer", "description": "Of those, the stateful stages' state." },
+          "error": { "type": ["string", "null"], "description": "Why it failed; absent when it committed." }
         }
       },
       "Error": {
@@ -91,3 +154,38 @@ pub const DOCUMENT: &str = r##"{
   }
 }
 "##;
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::status::{self, RunState};
+    use crate::runtime::{RunControl, StageMetrics};
+
+    /// Every field the status record serializes is documented, so the
+    /// document does not fall behind the record.
+    #[test]
+    fn the_document_parses_and_lists_every_status_field() {
+        let doc: serde_json::Value = serde_json::from_str(super::DOCUMENT).expect("valid JSON");
+        let schemas = &doc["components"]["schemas"];
+        let control = RunControl::default();
+        control.committed(1, 10, 20, 5);
+        let source = std::sync::Arc::new(StageMetrics::new("n", "source"));
+        let sink = std::sync::Arc::new(StageMetrics::new("out", "sink"));
+        let edge = crate::runtime::edge::EdgeGauge::new("n", "out", false, 1, 8);
+        sink.watch_edge(edge);
+        let metrics = [source, sink];
+        let record = status::record("t", 0, &metrics, &control, RunState::Running, None);
+        let record = serde_json::to_value(&record).expect("serializes");
+        let documented = |schema: &str, value: &serde_json::Value| {
+            let props = schemas[schema]["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("schema {schema}"));
+            for key in value.as_object().expect("an object").keys() {
+                assert!(props.contains_key(key), "{schema}.{key} is documented");
+            }
+        };
+        documented("Status", &record);
+        documented("StageStatus", &record["stages"][0]);
+        documented("EdgeStatus", &record["edges"][0]);
+        documented("Checkpoint", &record["checkpoints"][0]);
+    }
+}
