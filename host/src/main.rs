@@ -18,6 +18,7 @@ use fvhost::runtime::{self, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
 
 mod plugin_command;
+mod plugin_trial;
 
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
@@ -410,6 +411,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let control = Arc::new(RunControl::default());
             install_stop_handler(Arc::clone(&control))?;
             let metrics = StageMetrics::for_plan(&plan);
+            let keeps_dead_letters = plan.topology.dead_letter.is_some();
             let display = progress::Progress::start(&metrics, !no_progress);
             let heartbeat = Heartbeat::start(
                 &state_dir,
@@ -428,8 +430,30 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             match result {
                 Ok(report) => {
                     eprintln!("{}", progress::summary(&report.stages, report.elapsed));
+                    let dropped: u64 = report
+                        .stages
+                        .iter()
+                        .map(|m| StageMetrics::get(&m.dead_lettered))
+                        .sum();
+                    if dropped > 0 && !keeps_dead_letters {
+                        eprintln!(
+                            "warning: {dropped} poison row(s) were dropped, not kept: the topology has no `dead_letter` sink (add `dead_letter = \"<sink>\"` and a sink without `input` to keep them)"
+                        );
+                    }
                     if let Some(epoch) = report.restored_epoch {
                         eprintln!("resumed after epoch {epoch}");
+                        let read: u64 = report
+                            .stages
+                            .iter()
+                            .filter(|m| m.kind == "source")
+                            .map(|m| StageMetrics::get(&m.rows_out))
+                            .sum();
+                        if read == 0 && !report.stopped {
+                            eprintln!(
+                                "nothing new to read: this topology's sources had already finished when epoch {epoch} was checkpointed (it ran to its end before), so its output is as that run left it; `fvhost run {} --from-scratch` runs it again from the start",
+                                topology.display()
+                            );
+                        }
                     }
                     if report.stopped {
                         eprintln!("stopped on request; sinks committed what they received");

@@ -89,12 +89,54 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
         registry: Option<String>,
     },
+    /// Build a plugin crate for wasm32-wasip2 (release) and print the
+    /// component's path.
+    Build {
+        /// The crate's directory.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Run a plugin on sample rows without a topology: its output rows on
+    /// stdout (JSON lines), the rows it dead-letters, any error and the
+    /// summary on stderr. A step or sink is fed the generator's bids, or
+    /// --generator / --input rows; a source's rows are printed.
+    ///
+    /// Example: fvhost plugin test . --config '{"column": "price", "min": 100}'
+    Test {
+        /// A `.wasm` component, or a plugin crate's directory (built first).
+        #[arg(default_value = ".")]
+        plugin: PathBuf,
+        /// The plugin's `config`, as a JSON object.
+        #[arg(long, default_value = "{}")]
+        config: String,
+        /// Feed it the rows of this JSON-lines file.
+        #[arg(long, conflicts_with = "generator", value_name = "FILE.jsonl")]
+        input: Option<PathBuf>,
+        /// Feed it generated rows: bid, auction, person (Nexmark) or
+        /// sequence [default: bid].
+        #[arg(long, value_name = "STREAM")]
+        generator: Option<String>,
+        /// How many rows to print (the generator makes at least as many).
+        #[arg(long, default_value_t = 20)]
+        rows: u64,
+        /// A directory the plugin may read (repeatable).
+        #[arg(long, value_name = "DIR")]
+        allow_read: Vec<PathBuf>,
+        /// A directory the plugin may write (repeatable).
+        #[arg(long, value_name = "DIR")]
+        allow_write: Vec<PathBuf>,
+    },
     /// Show a plugin's metadata: package, version, kind, contract,
     /// capabilities, config schema, imports and exports.
     Inspect {
         /// A first-party plugin name, a `.wasm` file, or a registry
         /// package `namespace:name@version` (pulled into the cache).
         plugin: String,
+        /// For a source: open it with this config (JSON) and show the
+        /// schema of its rows [default: `{}`; the generator shows each of
+        /// its streams].
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
         #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
         registry: Option<String>,
     },
@@ -253,7 +295,32 @@ pub fn execute(
                 }
             }
         }
-        PluginCommand::Inspect { plugin, registry } => {
+        PluginCommand::Build { dir } => Ok(crate::plugin_trial::build(&dir)),
+        PluginCommand::Test {
+            plugin,
+            config,
+            input,
+            generator,
+            rows,
+            allow_read,
+            allow_write,
+        } => crate::plugin_trial::test(
+            crate::plugin_trial::TestArgs {
+                plugin,
+                config,
+                input,
+                generator,
+                rows,
+                allow_read,
+                allow_write,
+            },
+            &engine()?,
+        ),
+        PluginCommand::Inspect {
+            plugin,
+            config,
+            registry,
+        } => {
             let engine = engine()?;
             let catalog = Catalog::new(&engine);
             let loaded = if plugin.ends_with(".wasm") || Path::new(&plugin).exists() {
@@ -273,6 +340,7 @@ pub fn execute(
             match loaded {
                 Ok(p) => {
                     print_inspection(&p);
+                    print_output_schemas(&engine, &p, config.as_deref());
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => refused(e),
@@ -333,6 +401,55 @@ fn print_inspection(p: &LoadedPlugin) {
     }
 }
 
+/// The rows a source makes, opened with `config` (the generator, without
+/// one: each of its streams). Steps and sinks depend on their input.
+fn print_output_schemas(engine: &PluginEngine, p: &LoadedPlugin, config: Option<&str>) {
+    use fvhost::plugin::{PluginKind, SandboxPolicy, SourceInstance, TaskIdentity};
+    if p.metadata.kind != PluginKind::Source {
+        println!(
+            "output schema: depends on its input (`fvhost plugin test` shows it on sample rows)"
+        );
+        return;
+    }
+    let configs: Vec<String> = match config {
+        Some(c) => vec![c.to_string()],
+        None if p.reference == "generator" => [
+            r#"{"stream": "bid"}"#,
+            r#"{"stream": "auction"}"#,
+            r#"{"stream": "person"}"#,
+            r#"{"kind": "sequence"}"#,
+        ]
+        .map(str::to_string)
+        .to_vec(),
+        None => vec!["{}".to_string()],
+    };
+    let identity = TaskIdentity {
+        topology: "inspect".into(),
+        stage: "inspect".into(),
+        task_index: 0,
+        parallelism: 1,
+    };
+    for config in configs {
+        match SourceInstance::open(engine, p, &SandboxPolicy::default(), &identity, &config) {
+            Ok(source) => {
+                println!("output schema with config {config}:");
+                for field in source.schema().fields() {
+                    println!(
+                        "  {}: {}{}",
+                        field.name(),
+                        field.data_type(),
+                        if field.is_nullable() { "" } else { " not null" }
+                    );
+                }
+            }
+            Err(e) => println!(
+                "output schema: depends on its config (with {config} it refused to open: {}; pass --config)",
+                e.message()
+            ),
+        }
+    }
+}
+
 fn new_plugin(
     name: String,
     kind: NewKind,
@@ -369,7 +486,7 @@ fn new_plugin(
                 println!("created {}", f.display());
             }
             println!(
-                "next: cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+                "next: cd {} && cargo test && fvhost plugin build && fvhost run topology.toml",
                 dir.display()
             );
             Ok(ExitCode::SUCCESS)

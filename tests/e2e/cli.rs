@@ -1,6 +1,6 @@
 //! The command line surface: plugin list/inspect, validate, the compile cache.
 
-use crate::support::{Scratch, assert_exit, repo, test_step_wasm};
+use crate::support::{Scratch, assert_exit, int_column, repo, test_step_wasm};
 
 /// The value of `name:` in `fvhost plugin inspect` output.
 fn field<'a>(stdout: &'a str, name: &str) -> &'a str {
@@ -255,5 +255,185 @@ fn status_reports_the_final_state_epoch_and_rows_of_a_run() {
             .contains("no readable status record in nowhere"),
         "{}",
         missing.stderr
+    );
+}
+
+/// A first-party or test plugin's component, as built for the tests.
+fn plugin_wasm(file: &str) -> String {
+    std::path::Path::new(env!("FV_PLUGIN_DIR"))
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// `fvhost plugin test`: a step on generated rows (its output on stdout,
+/// its dead letters on stderr), a config its schema refuses (named by
+/// key), a source stopped after the rows asked for, a sink fed a JSON-lines
+/// file, and a missing component — with no topology written by the user.
+#[test]
+fn plugin_test_runs_a_plugin_on_sample_rows_without_a_topology() {
+    let s = Scratch::new();
+    let step = test_step_wasm().display().to_string();
+    let trial = s.fvhost(&[
+        "plugin",
+        "test",
+        &step,
+        "--generator",
+        "sequence",
+        "--rows",
+        "50",
+        "--config",
+        r#"{"mode": "bad-rows", "column": "seq", "value": 7}"#,
+    ]);
+    assert_exit(&trial, 0);
+    let rows: Vec<String> = trial.stdout.lines().map(str::to_string).collect();
+    assert_eq!(
+        int_column(&rows, "seq"),
+        (0..50).filter(|n| *n != 7).collect::<Vec<i64>>(),
+        "{}",
+        trial.stderr
+    );
+    assert!(
+        trial.stderr.contains("dead-lettered (1 rows):")
+            && trial.stderr.contains("value 7 is poison"),
+        "{}",
+        trial.stderr
+    );
+    assert!(
+        trial.stderr.contains("rows/s"),
+        "the summary: {}",
+        trial.stderr
+    );
+
+    let refused = s.fvhost(&["plugin", "test", &step, "--config", r#"{"mode": "nope"}"#]);
+    assert_exit(&refused, 2);
+    assert!(
+        refused.stderr.contains("`stages.plugin.config.mode`")
+            && refused.stderr.contains("\"nope\" is not one of")
+            && refused.stderr.contains("its `config` is --config"),
+        "{}",
+        refused.stderr
+    );
+
+    // An unbounded source: stopped once 30 rows are printed.
+    let source = s.fvhost(&[
+        "plugin",
+        "test",
+        &plugin_wasm("generator.wasm"),
+        "--rows",
+        "30",
+        "--config",
+        r#"{"kind": "sequence"}"#,
+    ]);
+    assert_exit(&source, 0);
+    assert_eq!(
+        int_column(
+            &source
+                .stdout
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+            "seq"
+        ),
+        (0..30).collect::<Vec<i64>>(),
+        "{}",
+        source.stderr
+    );
+
+    // A sink fed a JSON-lines file, writing where it is allowed to.
+    s.write("rows.jsonl", "{\"n\": 1}\n{\"n\": 2}\n{\"n\": 3}\n");
+    let out = s.path().join("written");
+    let sink = s.fvhost(&[
+        "plugin",
+        "test",
+        &plugin_wasm("file_sink.wasm"),
+        "--input",
+        "rows.jsonl",
+        "--allow-write",
+        out.to_str().expect("utf-8"),
+        "--config",
+        &format!(r#"{{"path": "{}"}}"#, out.display()),
+    ]);
+    assert_exit(&sink, 0);
+    assert_eq!(int_column(&s.output_lines("written"), "n"), vec![1, 2, 3]);
+
+    let missing = s.fvhost(&["plugin", "test", "nowhere.wasm"]);
+    assert_exit(&missing, 2);
+    assert!(
+        missing.stderr.contains("nowhere.wasm: no such component"),
+        "{}",
+        missing.stderr
+    );
+}
+
+/// A bounded topology run again after it finished: nothing is read twice,
+/// and the run says why it did nothing and how to start over.
+#[test]
+fn a_finished_run_started_again_says_there_is_nothing_new() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        r#"name = "once"
+[sources.nums]
+plugin = "generator"
+config = { kind = "sequence", events = 100 }
+[sinks.out]
+input = "nums"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out" }
+"#,
+    );
+    let first = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&first, 0);
+    assert!(!first.stderr.contains("nothing new"), "{}", first.stderr);
+    let again = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&again, 0);
+    assert!(
+        again.stderr.contains("nothing new to read")
+            && again.stderr.contains("fvhost run t.toml --from-scratch"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        int_column(&s.output_lines("out"), "seq"),
+        (0..100).collect::<Vec<i64>>(),
+        "the output is the first run's, once"
+    );
+}
+
+/// `plugin inspect` shows what rows a first-party source makes: each of
+/// the generator's streams, or a source opened with `--config`; a source
+/// that needs a config says so.
+#[test]
+fn plugin_inspect_shows_the_rows_a_source_makes() {
+    let s = Scratch::new();
+    let generator = s.fvhost(&["plugin", "inspect", "generator"]);
+    assert_exit(&generator, 0);
+    let out = &generator.stdout;
+    for (stream, column) in [
+        (r#"{"stream": "bid"}"#, "  price: Int64 not null"),
+        (r#"{"stream": "person"}"#, "  name: Utf8"),
+        (r#"{"kind": "sequence"}"#, "  seq: Int64"),
+    ] {
+        let at = out
+            .find(&format!("output schema with config {stream}:"))
+            .unwrap_or_else(|| panic!("{stream}:\n{out}"));
+        assert!(out[at..].contains(column), "{stream} → {column}:\n{out}");
+    }
+    let file_source = s.fvhost(&["plugin", "inspect", "fv:file-source"]);
+    assert_exit(&file_source, 0);
+    assert!(
+        file_source
+            .stdout
+            .contains("output schema: depends on its config"),
+        "{}",
+        file_source.stdout
+    );
+    let step = s.fvhost(&["plugin", "inspect", "pii-redactor"]);
+    assert!(
+        step.stdout.contains("output schema: depends on its input"),
+        "{}",
+        step.stdout
     );
 }

@@ -99,6 +99,12 @@ fn without_a_dead_letter_sink_poison_rows_are_counted_and_logged() {
     assert_exit(&run, 0);
     assert_eq!(seqs(&s, "out").len(), 999);
     assert!(run.stderr.contains("poison row dropped"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: 1 poison row(s) were dropped, not kept: the topology has no `dead_letter` sink"),
+        "{}",
+        run.stderr
+    );
     let step_line = run
         .stderr
         .lines()
@@ -108,6 +114,27 @@ fn without_a_dead_letter_sink_poison_rows_are_counted_and_logged() {
         step_line.trim_end().ends_with(" 1"),
         "dead-lettered count: {step_line}"
     );
+}
+
+/// A column the step returns but its output schema does not declare used
+/// to vanish without a word: the run fails naming it and the fix.
+#[test]
+fn a_column_the_step_did_not_declare_fails_the_run_naming_it() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &topology("{ mode = \"undeclared-column\" }", "", false),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 1);
+    for needle in [
+        "plugin `test-step` in step[0], in `process`: returned column `surprise` (Int64), which its output schema does not declare",
+        "declared: seq: Int64, price: Int64",
+        "append_fields",
+    ] {
+        assert!(run.stderr.contains(needle), "{needle}:\n{}", run.stderr);
+    }
+    assert!(s.output_lines("out").is_empty(), "no row went through");
 }
 
 #[test]

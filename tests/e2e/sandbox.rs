@@ -41,6 +41,14 @@ fn a_plugin_cannot_read_a_file_it_was_not_granted() {
         "{}",
         run.stderr
     );
+    // The refusal says why the file "does not exist", and the grant to add.
+    assert!(
+        run.stderr
+            .contains("`secret/key.txt` is outside every directory granted to this plugin")
+            && run.stderr.contains(r#"allow_read = ["secret"]"#),
+        "{}",
+        run.stderr
+    );
     assert!(!run.stderr.contains("hunter2"));
 }
 

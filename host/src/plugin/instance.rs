@@ -1139,6 +1139,21 @@ impl StepInstance {
                 input.num_rows()
             )));
         }
+        // A column the output schema does not declare would silently
+        // vanish: say which, and how to declare it.
+        for field in columns.schema_ref().fields() {
+            if self.output.field_with_name(field.name()).is_err() {
+                return Err(self.sandbox.reported(format!(
+                    "returned column `{name}` ({ty}), which its output schema does not declare \
+                     (declared: {declared}); add it in `output_schema` — the SDK's \
+                     `append_fields(&input, [Field::new(\"{name}\", …)])` adds fields to the input schema",
+                    name = field.name(),
+                    ty = field.data_type(),
+                    declared = columns_and_types(&self.output),
+                ))
+                .in_call("process"));
+            }
+        }
         let mut arrays = Vec::with_capacity(self.output.fields().len());
         for field in self.output.fields() {
             let array = columns
@@ -1150,6 +1165,17 @@ impl StepInstance {
                         field.name()
                     ))
                 })?;
+            if array.data_type() != field.data_type() {
+                return Err(self
+                    .sandbox
+                    .reported(format!(
+                        "returned column `{}` as {}, but its output schema declares {}",
+                        field.name(),
+                        array.data_type(),
+                        field.data_type()
+                    ))
+                    .in_call("process"));
+            }
             arrays.push(Arc::clone(array));
         }
         RecordBatch::try_new(Arc::clone(&self.output), arrays).map_err(|e| self.sandbox.reported(e))

@@ -10,17 +10,20 @@
 //! task and the reason, and the runtime decides.
 
 mod bindings;
+pub mod build;
 mod call_budget;
 mod capabilities;
 mod catalog;
 mod config_schema;
 mod engine;
 mod error;
+mod grant_hint;
 mod guest_output;
 mod instance;
 pub mod kafka;
 pub(crate) mod metadata;
 mod sandbox;
+pub mod trial;
 pub mod usage;
 
 pub use capabilities::{CAPABILITIES, check_declared_capabilities, undeclared_grants};
@@ -28,6 +31,7 @@ pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
 pub use config_schema::{ConfigSchema, ConfigViolation};
 pub use engine::PluginEngine;
 pub use error::{FailureKind, PluginError};
+pub use grant_hint::missing_grant_hint;
 pub use instance::{
     BadRow, ColumnFilter, Comparison, ConfigRejection, Literal, OpenError, RejectedRecord,
     ScanRequest, SinkInstance, SourceInstance, SourcePoll, StepInstance, StepReply, TaskIdentity,

@@ -141,15 +141,31 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
             Some(None) => true,
             Some(Some(p)) => *p == r.package.to_string(),
         };
-        let pinned = old
-            .plugins
-            .iter()
-            .find(|l| l.reference == r.text)
-            .filter(|l| {
-                !updating && semver::Version::parse(&l.version).is_ok_and(|v| r.req.matches(&v))
-            });
+        // The lock's pin for this requirement, or — when the requirement
+        // was edited — for the same package, if its version still
+        // satisfies the new requirement: the pin holds, only its
+        // reference text follows the topology.
+        let satisfies =
+            |l: &&LockedPlugin| semver::Version::parse(&l.version).is_ok_and(|v| r.req.matches(&v));
+        let pinned = (!updating)
+            .then(|| {
+                old.plugins
+                    .iter()
+                    .filter(satisfies)
+                    .find(|l| l.reference == r.text)
+                    .or_else(|| {
+                        old.plugins
+                            .iter()
+                            .filter(satisfies)
+                            .find(|l| l.package == r.package.to_string())
+                    })
+            })
+            .flatten();
         let locked = match pinned {
-            Some(l) => l.clone(),
+            Some(l) => LockedPlugin {
+                reference: r.text.clone(),
+                ..l.clone()
+            },
             None => match opts.registry.resolve(&r) {
                 Ok(v) => LockedPlugin {
                     reference: r.text.clone(),
@@ -182,6 +198,21 @@ pub fn resolve_topology(topology: &mut Topology, opts: &ResolveOptions) -> Resul
     }
     new.plugins.sort_by(|a, b| a.reference.cmp(&b.reference));
     if new != old {
+        // Only requirement texts moved, every pin held: nothing a locked
+        // run must refuse (the lock is rewritten when it may be).
+        let pins = |lock: &LockFile| {
+            let mut pins: Vec<(String, String, String)> = lock
+                .plugins
+                .iter()
+                .map(|p| (p.package.clone(), p.version.clone(), p.sha256.clone()))
+                .collect();
+            pins.sort();
+            pins.dedup();
+            pins
+        };
+        if opts.locked && pins(&new) == pins(&old) {
+            return Ok(());
+        }
         if opts.locked {
             let changed: Vec<String> = new
                 .plugins

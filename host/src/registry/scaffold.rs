@@ -84,9 +84,25 @@ serde = {{ version = "1", features = ["derive"] }}
         sdk = sdk.display().to_string().replace('\\', "/")
     );
     let lib = body.replace("__PACKAGE__", &package.to_string());
+    let file = crate_name.replace('-', "_");
+    let topology = match kind {
+        ScaffoldKind::Source => format!(
+            "{TOPOLOGY_HEAD}[sources.{crate_name}]\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{ count = 10 }}\n\n[sinks.print]\ninput = \"{crate_name}\"\nplugin = \"stdout-sink\"\n"
+        ),
+        ScaffoldKind::Step => format!(
+            "{TOPOLOGY_HEAD}[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[stages.{crate_name}]\ninput = \"bids\"\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{ column = \"price\", min = 10000000 }}\n\n[sinks.print]\ninput = \"{crate_name}\"\nplugin = \"stdout-sink\"\nconfig = {{ limit = 20 }}\n"
+        ),
+        ScaffoldKind::Sink => format!(
+            "{TOPOLOGY_HEAD}[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[sinks.{crate_name}]\ninput = \"bids\"\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{}}\n"
+        ),
+    };
     let readme = format!(
-        "# {package}\n\n{description} — an fvhost {kind_word} plugin.\n\n```sh\ncargo test\ncargo build --release --target wasm32-wasip2\nfvhost plugin publish target/wasm32-wasip2/release/{file}.wasm\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
-        file = crate_name.replace('-', "_")
+        "# {package}\n\n{description} — an fvhost {kind_word} plugin.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints target/wasm32-wasip2/release/{file}.wasm\nfvhost plugin test . --config '{example}'   # on sample rows, no topology\nfvhost run topology.toml        # generator → this plugin → stdout\nfvhost plugin publish target/wasm32-wasip2/release/{file}.wasm\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
+        example = match kind {
+            ScaffoldKind::Source => r#"{"count": 10}"#,
+            ScaffoldKind::Step => r#"{"column": "price", "min": 10000000}"#,
+            ScaffoldKind::Sink => "{}",
+        }
     );
     let files = [
         (dir.join("Cargo.toml"), cargo),
@@ -96,6 +112,7 @@ serde = {{ version = "1", features = ["derive"] }}
         ),
         (dir.join("src").join("lib.rs"), lib),
         (dir.join("config.schema.json"), schema.to_string()),
+        (dir.join("topology.toml"), topology),
         (dir.join("README.md"), readme),
     ];
     let mut written = Vec::new();
@@ -108,6 +125,9 @@ serde = {{ version = "1", features = ["derive"] }}
     }
     Ok(written)
 }
+
+/// The top of every scaffold's `topology.toml`.
+const TOPOLOGY_HEAD: &str = "# Runs the plugin as `fvhost plugin build` left it: `fvhost run topology.toml`.\nname = \"try-it\"\n\n";
 
 const STEP_SCHEMA: &str = r#"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -214,6 +234,17 @@ mod tests {
         let kept: Vec<bool> = keep(&values, 4).iter().map(|b| b == Some(true)).collect();
         assert_eq!(kept, vec![false, true, false, true]);
     }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({ "column": "price", "min": 100 }),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
+    }
 }
 "#;
 
@@ -307,6 +338,17 @@ mod tests {
         let batch = rows(&schema, 3, 6).expect("rows");
         assert_eq!(batch.num_rows(), 3);
     }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({ "count": 10 }),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
+    }
 }
 "#;
 
@@ -379,6 +421,17 @@ mod tests {
     #[test]
     fn the_handle_is_the_row_count() {
         assert_eq!(handle(42), b"42".to_vec());
+    }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({}),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
     }
 }
 "#;

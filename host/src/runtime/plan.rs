@@ -765,22 +765,44 @@ impl Planner<'_> {
     }
 
     fn open_error(&mut self, key: &str, e: OpenError) {
+        // A file outside the node's grants does not exist in its sandbox:
+        // say so rather than leave "No such file or directory".
+        let hint = |message: &str| {
+            self.topology
+                .plugin_uses()
+                .into_iter()
+                .find(|(k, _, _)| k == key)
+                .and_then(|(_, used, _)| {
+                    crate::plugin::missing_grant_hint(&used.sandbox, &used.config_json, message)
+                })
+                .map_or_else(String::new, |h| format!(" ({h})"))
+        };
         let d = match e {
-            OpenError::Config(c) => match c.key {
-                Some(k) => {
-                    // serde paths look like `columns[0]`; the key index uses `columns.0`.
-                    let k = k.replace('[', ".").replace(']', "");
-                    self.topology.source_map.at_key(
-                        &format!("{key}.config.{k}"),
-                        format!("the plugin refused its config: {}", c.message),
-                    )
+            OpenError::Config(c) => {
+                let message = format!(
+                    "the plugin refused its config: {}{}",
+                    c.message,
+                    hint(&c.message)
+                );
+                match c.key {
+                    Some(k) => {
+                        // serde paths look like `columns[0]`; the key index uses `columns.0`.
+                        let k = k.replace('[', ".").replace(']', "");
+                        self.topology
+                            .source_map
+                            .at_key(&format!("{key}.config.{k}"), message)
+                    }
+                    None => self
+                        .topology
+                        .source_map
+                        .at_key(&format!("{key}.config"), message),
                 }
-                None => self.topology.source_map.at_key(
-                    &format!("{key}.config"),
-                    format!("the plugin refused its config: {}", c.message),
-                ),
-            },
-            OpenError::Plugin(p) => self.topology.source_map.at_key(key, p.to_string()),
+            }
+            OpenError::Plugin(p) => {
+                let message = p.to_string();
+                let hinted = format!("{message}{}", hint(&message));
+                self.topology.source_map.at_key(key, hinted)
+            }
         };
         self.errors.push(d);
     }

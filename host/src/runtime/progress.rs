@@ -91,17 +91,28 @@ impl Drop for Progress {
 /// The end-of-run table.
 pub fn summary(metrics: &[Arc<StageMetrics>], elapsed: Duration) -> String {
     let mut out = format!(
-        "{:<24} {:<7} {:>12} {:>12} {:>14}\n",
-        "stage", "kind", "rows in", "rows out", "dead-lettered"
+        "{:<24} {:<7} {:>12} {:>12} {:>10} {:>14}\n",
+        "stage", "kind", "rows in", "rows out", "rows/s", "dead-lettered"
     );
     for m in metrics {
         let late = StageMetrics::get(&m.late_rows);
-        out.push_str(&format!(
-            "{:<24} {:<7} {:>12} {:>12} {:>14}{}\n",
-            m.name,
-            m.kind,
+        let (rows_in, rows_out) = (
             StageMetrics::get(&m.rows_in),
             StageMetrics::get(&m.rows_out),
+        );
+        // What a node handled: a source what it read, the rest what they took.
+        let handled = if m.kind == "source" {
+            rows_out
+        } else {
+            rows_in
+        };
+        out.push_str(&format!(
+            "{:<24} {:<7} {:>12} {:>12} {:>10} {:>14}{}\n",
+            m.name,
+            m.kind,
+            rows_in,
+            rows_out,
+            rate(handled, elapsed),
             StageMetrics::get(&m.dead_lettered),
             if late > 0 {
                 format!("  ({late} late rows dropped)")
@@ -137,11 +148,58 @@ pub fn summary(metrics: &[Arc<StageMetrics>], elapsed: Duration) -> String {
     out
 }
 
+/// Rows per second over the whole run, for people (`812`, `45.3 k`,
+/// `1.21 M`); `-` when no time passed (a run that failed at once).
+fn rate(rows: u64, elapsed: Duration) -> String {
+    let seconds = elapsed.as_secs_f64();
+    if seconds <= 0.0 {
+        return "-".into();
+    }
+    let per_second = rows as f64 / seconds;
+    match per_second {
+        r if r >= 1e6 => format!("{:.2} M", r / 1e6),
+        r if r >= 1e4 => format!("{:.1} k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
+}
+
 /// Microseconds as milliseconds for people (`0.4 ms`, `12 ms`).
 fn millis(micros: u64) -> String {
     if micros < 10_000 {
         format!("{:.1} ms", micros as f64 / 1000.0)
     } else {
         format!("{} ms", micros / 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// The table gives each node's rate over the run: what a source read,
+    /// what the others took; the dead-letter count stays the last column.
+    #[test]
+    fn the_summary_gives_rows_per_second_of_each_node() {
+        let source = Arc::new(StageMetrics::new("bids", "source"));
+        source.rows_out.store(2_000_000, Ordering::Relaxed);
+        let sink = Arc::new(StageMetrics::new("out", "sink"));
+        sink.rows_in.store(30_000, Ordering::Relaxed);
+        sink.dead_lettered.store(3, Ordering::Relaxed);
+        let table = summary(&[source, sink], Duration::from_secs(2));
+        let line = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name}: {table}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert!(table.lines().next().is_some_and(|h| h.contains("rows/s")));
+        assert_eq!(line("bids")[4..6], ["1.00", "M"], "{table}");
+        assert_eq!(line("out")[4..6], ["15.0", "k"], "{table}");
+        assert_eq!(line("out").last(), Some(&"3"), "{table}");
+        let failed_at_once = summary(&[Arc::new(StageMetrics::new("x", "sql"))], Duration::ZERO);
+        assert!(failed_at_once.contains(" - "), "{failed_at_once}");
     }
 }

@@ -95,11 +95,11 @@ mod sink;
 mod source;
 mod step;
 
-pub use config::ConfigError;
+pub use config::{ConfigError, check_config_schema};
 pub use context::TaskContext;
 pub use sink::Sink;
 pub use source::{Comparison, Filter, Literal, Poll, Rejected, Scan, Source, SplitPosition};
-pub use step::{ProcessError, RowError, Step, StepOutput};
+pub use step::{ProcessError, RowError, Step, StepOutput, append_fields};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.
 pub const CONTRACT_VERSION: &str = "0.4.0";

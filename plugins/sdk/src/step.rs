@@ -3,12 +3,38 @@
 use std::cell::RefCell;
 
 use arrow_array::{Array, BooleanArray, RecordBatch};
-use arrow_schema::SchemaRef;
+use arrow_schema::{Field, Schema, SchemaRef};
 use serde::de::DeserializeOwned;
 
 use crate::__private::step_world::exports::fv::plugin::step as wit;
 use crate::__private::step_world::fv::plugin::types as wit_types;
 use crate::{ConfigError, TaskContext, config, ipc};
+
+/// The input schema with `fields` added: what a step that answers
+/// [`StepOutput::Columns`] declares as its [`Step::output_schema`]. A field
+/// named like an input column replaces it (same place); the others are
+/// appended in order. The host refuses a returned column the output schema
+/// does not declare.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fv_plugin_sdk::append_fields;
+/// use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema};
+///
+/// let input = Arc::new(Schema::new(vec![Field::new("price", DataType::Int64, false)]));
+/// let output = append_fields(&input, [Field::new("euros", DataType::Float64, true)]);
+/// assert_eq!(output.fields().len(), 2);
+/// ```
+pub fn append_fields(input: &SchemaRef, fields: impl IntoIterator<Item = Field>) -> SchemaRef {
+    let mut out: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+    for field in fields {
+        match out.iter_mut().find(|f| f.name() == field.name()) {
+            Some(existing) => *existing = field,
+            None => out.push(field),
+        }
+    }
+    std::sync::Arc::new(Schema::new_with_metadata(out, input.metadata().clone()))
+}
 
 /// What a step made of one batch.
 #[derive(Debug)]

@@ -191,6 +191,41 @@ fn test_step_as(s: &Scratch, version: &str) -> std::path::PathBuf {
     )
 }
 
+/// Editing a requirement keeps the lock's pin while the pinned version
+/// still satisfies it (`--locked` passes, the lock only follows the new
+/// text); a requirement the pin no longer meets is a lock change.
+#[test]
+fn an_edited_requirement_the_pin_still_satisfies_keeps_the_lock() {
+    let s = Scratch::new();
+    for version in ["0.1.7", "0.1.9"] {
+        let wasm = test_step_as(&s, version);
+        assert_exit(
+            &fvhost(&s, &["plugin", "publish", wasm.to_str().expect("utf-8")]),
+            0,
+        );
+    }
+    // Pin 0.1.7 first (an exact requirement), then loosen it.
+    s.write("t.toml", &topology("local:test-step@=0.1.7"));
+    assert_exit(&fvhost(&s, &["validate", "t.toml"]), 0);
+    s.write("t.toml", &topology("local:test-step@^0.1.5"));
+    assert_exit(&fvhost(&s, &["validate", "t.toml", "--locked"]), 0);
+    assert_exit(&fvhost(&s, &["validate", "t.toml"]), 0);
+    let lock = std::fs::read_to_string(s.path().join("t.lock")).expect("lock");
+    assert!(
+        lock.contains("version = \"0.1.7\"") && lock.contains("local:test-step@^0.1.5"),
+        "the pin held, its reference followed: {lock}"
+    );
+    s.write("t.toml", &topology("local:test-step@^0.1.8"));
+    let moved = fvhost(&s, &["validate", "t.toml", "--locked"]);
+    assert_exit(&moved, 2);
+    assert!(
+        moved.stderr.contains("the lock would change")
+            && moved.stderr.contains("local:test-step@0.1.9"),
+        "{}",
+        moved.stderr
+    );
+}
+
 #[test]
 fn the_lock_moves_only_on_update_and_a_breaking_upgrade_is_refused_at_restart() {
     let s = Scratch::new();
@@ -280,7 +315,8 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
         .join("plugins");
     let mut cwd = s.path().to_path_buf();
     for line in &commands {
-        let args: Vec<&str> = line.split_whitespace().collect();
+        let words = shell_words(line);
+        let args: Vec<&str> = words.iter().map(String::as_str).collect();
         match args[0] {
             "cd" => {
                 cwd = cwd.join(args[1]);
@@ -308,6 +344,41 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
                     "`{line}` failed:\n{}",
                     String::from_utf8_lossy(&output.stderr)
                 );
+            }
+            // `plugin build` and `plugin test .` run cargo: like the
+            // `cargo` lines, into the crate's own (linked) target.
+            "fvhost" if args[1] == "plugin" && matches!(args[2], "build" | "test") => {
+                let output = std::process::Command::new(env!("CARGO_BIN_EXE_fvhost"))
+                    .args(&args[1..])
+                    .current_dir(&cwd)
+                    .env("FVHOST_CACHE_DIR", crate::support::cache_dir())
+                    .env_remove("RUSTFLAGS")
+                    .env_remove("CARGO_ENCODED_RUSTFLAGS")
+                    .env_remove("CARGO_TARGET_DIR")
+                    .output()
+                    .expect("fvhost");
+                let (stdout, stderr) = (
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr),
+                );
+                assert!(output.status.success(), "`{line}` failed:\n{stderr}");
+                if args[2] == "build" {
+                    let wasm = std::path::Path::new(stdout.trim());
+                    assert!(
+                        wasm.ends_with("wasm32-wasip2/release/above_min.wasm") && wasm.is_file(),
+                        "`{line}` printed {stdout:?}"
+                    );
+                } else {
+                    // The rows above `min` of the sequence, and no others.
+                    assert_eq!(
+                        int_column(
+                            &stdout.lines().map(str::to_string).collect::<Vec<_>>(),
+                            "seq"
+                        ),
+                        (95..100).collect::<Vec<i64>>(),
+                        "`{line}`:\n{stdout}\n{stderr}"
+                    );
+                }
             }
             "fvhost" => assert_exit(&fvhost_in(&s, &cwd, &args[1..]), 0),
             other => panic!("the walkthrough has a command this test does not know: {other}"),
@@ -368,6 +439,29 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
         "{}",
         run.stderr
     );
+}
+
+/// A line of the walkthrough split as a shell would: on spaces, except
+/// inside single quotes (which are removed).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 /// Run fvhost in `dir` with the scratch's registry and cache.

@@ -6,6 +6,9 @@
 //!   (answers with a selection; the benchmark's Wasm side);
 //! - `filter-copy`: the same filter, answered with a new batch (to measure
 //!   what a selection saves);
+//! - `filter-derive`: the same filter plus a float64 column `price_eur` =
+//!   `column * 0.5`, answered with a new batch (the Rust twin of the Python
+//!   SDK's example step, for the `python` benchmark);
 //! - `trap-on`: panic (a Wasm trap) on a batch holding a row whose
 //!   `column` equals `value`;
 //! - `bad-rows`: report the rows whose `column` equals `value` as poison;
@@ -20,16 +23,20 @@
 //!   panic on a batch holding a row whose `column` is a multiple of
 //!   `value` (1: every row, so the host's bisection traps once per row);
 //! - `stderr-flood`: write `bytes` bytes of short lines to stderr on every
-//!   batch and pass every row on.
+//!   batch and pass every row on;
+//! - `undeclared-column`: answer with a column `surprise` its output schema
+//!   does not declare (the host must refuse it, naming it).
 
 use std::io::Write;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::{
-    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
 };
-use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema, SchemaRef};
-use fv_plugin_sdk::{ConfigError, ProcessError, RowError, Step, StepOutput, TaskContext};
+use fv_plugin_sdk::arrow_schema::{DataType, Field, SchemaRef};
+use fv_plugin_sdk::{
+    ConfigError, ProcessError, RowError, Step, StepOutput, TaskContext, append_fields,
+};
 
 /// The step's `config` table.
 #[derive(serde::Deserialize)]
@@ -75,7 +82,7 @@ impl Step for TestStep {
         let mut output = Arc::clone(&input);
         let mut content = None;
         match config.mode.as_str() {
-            "filter" | "filter-copy" | "trap-on" | "bad-rows" => {
+            "filter" | "filter-copy" | "filter-derive" | "trap-on" | "bad-rows" => {
                 match input.field_with_name(&config.column) {
                     Ok(f) if f.data_type() == &DataType::Int64 => {}
                     _ => {
@@ -84,6 +91,10 @@ impl Step for TestStep {
                             format!("no int64 column `{}` in the input", config.column),
                         ));
                     }
+                }
+                if config.mode == "filter-derive" {
+                    output =
+                        append_fields(&input, [Field::new("price_eur", DataType::Float64, true)]);
                 }
             }
             "stderr-then-panic" => {
@@ -103,7 +114,7 @@ impl Step for TestStep {
                     ));
                 }
             }
-            "loop" | "hog" | "slow" | "print" | "stderr-flood" => {}
+            "loop" | "hog" | "slow" | "print" | "stderr-flood" | "undeclared-column" => {}
             "read-file" => {
                 let path = config
                     .path
@@ -112,10 +123,7 @@ impl Step for TestStep {
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| ConfigError::at("path", format!("cannot read `{path}`: {e}")))?;
                 content = Some(text);
-                let mut fields: Vec<Field> =
-                    input.fields().iter().map(|f| f.as_ref().clone()).collect();
-                fields.push(Field::new("content", DataType::Utf8, false));
-                output = Arc::new(Schema::new(fields));
+                output = append_fields(&input, [Field::new("content", DataType::Utf8, false)]);
             }
             other => return Err(ConfigError::at("mode", format!("unknown mode `{other}`"))),
         }
@@ -163,6 +171,23 @@ impl Step for TestStep {
                     .collect();
                 let out = fv_plugin_sdk_filter(&batch, &keep)?;
                 Ok(StepOutput::Batch(out))
+            }
+            "filter-derive" => {
+                let keep: BooleanArray = values()?
+                    .iter()
+                    .map(|v| Some(v.is_some_and(|v| v > self.config.value)))
+                    .collect();
+                let out = fv_plugin_sdk_filter(&batch, &keep)?;
+                let price = out
+                    .column_by_name(&self.config.column)
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                    .ok_or_else(|| ProcessError::Failed("no int64 column".into()))?;
+                let eur: Float64Array = price.iter().map(|p| p.map(|p| p as f64 * 0.5)).collect();
+                let mut columns = out.columns().to_vec();
+                columns.push(Arc::new(eur) as ArrayRef);
+                RecordBatch::try_new(Arc::clone(&self.output), columns)
+                    .map(StepOutput::Batch)
+                    .map_err(|e| ProcessError::Failed(e.to_string()))
             }
             "trap-on" => {
                 if values()?.iter().any(|v| v == Some(self.config.value)) {
@@ -215,6 +240,12 @@ impl Step for TestStep {
                     true;
                     batch.num_rows()
                 ])))
+            }
+            "undeclared-column" => {
+                let surprise: ArrayRef = Arc::new(Int64Array::from(vec![7; batch.num_rows()]));
+                let columns = RecordBatch::try_from_iter([("surprise", surprise)])
+                    .map_err(|e| ProcessError::Failed(e.to_string()))?;
+                Ok(StepOutput::Columns(columns))
             }
             "print" => {
                 println!("test-step print: a batch of {} rows", batch.num_rows());
