@@ -102,30 +102,7 @@ pub enum PluginCommand {
     /// --generator / --input rows; a source's rows are printed.
     ///
     /// Example: fvhost plugin test . --config '{"column": "price", "min": 100}'
-    Test {
-        /// A `.wasm` component, or a plugin crate's directory (built first).
-        #[arg(default_value = ".")]
-        plugin: PathBuf,
-        /// The plugin's `config`, as a JSON object.
-        #[arg(long, default_value = "{}")]
-        config: String,
-        /// Feed it the rows of this JSON-lines file.
-        #[arg(long, conflicts_with = "generator", value_name = "FILE.jsonl")]
-        input: Option<PathBuf>,
-        /// Feed it generated rows: bid, auction, person (Nexmark) or
-        /// sequence [default: bid].
-        #[arg(long, value_name = "STREAM")]
-        generator: Option<String>,
-        /// How many rows to print (the generator makes at least as many).
-        #[arg(long, default_value_t = 20)]
-        rows: u64,
-        /// A directory the plugin may read (repeatable).
-        #[arg(long, value_name = "DIR")]
-        allow_read: Vec<PathBuf>,
-        /// A directory the plugin may write (repeatable).
-        #[arg(long, value_name = "DIR")]
-        allow_write: Vec<PathBuf>,
-    },
+    Test(crate::plugin_trial::TestArgs),
     /// Show a plugin's metadata: package, version, kind, contract,
     /// capabilities, config schema, imports and exports.
     Inspect {
@@ -296,26 +273,7 @@ pub fn execute(
             }
         }
         PluginCommand::Build { dir } => Ok(crate::plugin_trial::build(&dir)),
-        PluginCommand::Test {
-            plugin,
-            config,
-            input,
-            generator,
-            rows,
-            allow_read,
-            allow_write,
-        } => crate::plugin_trial::test(
-            crate::plugin_trial::TestArgs {
-                plugin,
-                config,
-                input,
-                generator,
-                rows,
-                allow_read,
-                allow_write,
-            },
-            &engine()?,
-        ),
+        PluginCommand::Test(args) => crate::plugin_trial::test(args, &engine()?),
         PluginCommand::Inspect {
             plugin,
             config,

@@ -19,14 +19,30 @@ use fvhost::topology::Topology;
 
 use crate::{EXIT_CONFIG, EXIT_RUNTIME};
 
-/// What `fvhost plugin test` was asked.
+/// What `fvhost plugin test` takes.
+#[derive(clap::Args)]
 pub struct TestArgs {
+    /// A `.wasm` component, or a plugin crate's directory (built first).
+    #[arg(default_value = ".")]
     pub plugin: PathBuf,
+    /// The plugin's `config`, as a JSON object.
+    #[arg(long, default_value = "{}")]
     pub config: String,
+    /// Feed it the rows of this JSON-lines file.
+    #[arg(long, conflicts_with = "generator", value_name = "FILE.jsonl")]
     pub input: Option<PathBuf>,
+    /// Feed it generated rows: bid, auction, person (Nexmark) or
+    /// sequence [default: bid].
+    #[arg(long, value_name = "STREAM")]
     pub generator: Option<String>,
+    /// How many rows to print (the generator makes at least as many).
+    #[arg(long, default_value_t = 20)]
     pub rows: u64,
+    /// A directory the plugin may read (repeatable).
+    #[arg(long, value_name = "DIR")]
     pub allow_read: Vec<PathBuf>,
+    /// A directory the plugin may write (repeatable).
+    #[arg(long, value_name = "DIR")]
     pub allow_write: Vec<PathBuf>,
 }
 
