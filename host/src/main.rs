@@ -18,6 +18,7 @@ use fvhost::runtime::{self, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
 
 mod plugin_command;
+mod plugin_package;
 mod plugin_trial;
 
 const EXIT_RUNTIME: u8 = 1;

@@ -117,6 +117,10 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
         registry: Option<String>,
     },
+    /// Write fvhost's metadata (package, version, kind, capabilities,
+    /// config schema) into a component built by any toolchain
+    /// (componentize-py, jco), so it publishes like an SDK-built one.
+    Package(crate::plugin_package::PackageArgs),
 }
 
 /// Open `--registry`, else the default.
@@ -272,6 +276,7 @@ pub fn execute(
                 }
             }
         }
+        PluginCommand::Package(args) => crate::plugin_package::execute(args),
         PluginCommand::Build { dir } => Ok(crate::plugin_trial::build(&dir)),
         PluginCommand::Test(args) => crate::plugin_trial::test(args, &engine()?),
         PluginCommand::Inspect {

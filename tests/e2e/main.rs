@@ -21,6 +21,7 @@ mod one_build;
 mod pipelines;
 mod poison;
 mod projection;
+mod python;
 mod registry;
 mod sandbox;
 mod serve;

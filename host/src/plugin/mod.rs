@@ -22,6 +22,7 @@ mod guest_output;
 mod instance;
 pub mod kafka;
 pub(crate) mod metadata;
+pub mod package;
 mod sandbox;
 pub mod trial;
 pub mod usage;

@@ -1,0 +1,217 @@
+//! Python plugins against Rust ones (figures are printed, never asserted):
+//! the same filter-and-derive step — keep `price > 5000`, add `price_eur =
+//! price * 0.5`, answer with a new batch of every column — as the Python
+//! SDK's example (`plugins/sdk-python/examples/price_filter.py`, built with
+//! componentize-py) and as the Rust `test-step` in `filter-derive` mode, on
+//! the same 6-column bid batches of 1,024 / 8,192 / 65,536 rows: time per
+//! batch, rows/s and the ratio to Rust. Then each component's size, the
+//! componentize-py build time, the first start (compiling the component)
+//! and a cached start (loading the compiled code).
+//!
+//! `cargo bench --workspace --bench python`; needs componentize-py 0.25.1
+//! (`$FVHOST_COMPONENTIZE_PY`, or the one `tests/run` installs).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{
+    Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+
+use fvhost::plugin::{
+    Catalog, LoadedPlugin, PluginEngine, SandboxPolicy, StepInstance, StepReply, TaskIdentity,
+};
+
+fn bids(rows: usize) -> RecordBatch {
+    let schema = Arc::new(common::bid_schema());
+    let mut x: u64 = 42;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let auction: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let bidder: Vec<i64> = (0..rows).map(|_| (next() % 100_000) as i64).collect();
+    let price: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let channel: Vec<String> = (0..rows).map(|i| format!("channel-{}", i % 100)).collect();
+    let url: Vec<String> = (0..rows)
+        .map(|i| format!("https://www.nexmark.com/item.htm?query=1&id={i}"))
+        .collect();
+    let ts: Vec<i64> = (0..rows as i64).map(|i| 1_704_067_200_000 + i).collect();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(auction)),
+            Arc::new(Int64Array::from(bidder)),
+            Arc::new(Int64Array::from(price)),
+            Arc::new(StringArray::from(channel)),
+            Arc::new(StringArray::from(url)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("bid batch")
+}
+
+/// Median time per call of `f` over enough calls to fill ~2 s (at least 5).
+fn time_per_call(mut f: impl FnMut()) -> Duration {
+    f();
+    let mut samples = Vec::new();
+    let budget = Instant::now();
+    while budget.elapsed() < Duration::from_secs(2) || samples.len() < 5 {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn componentize_py() -> PathBuf {
+    if let Some(p) = std::env::var_os("FVHOST_COMPONENTIZE_PY") {
+        return PathBuf::from(p);
+    }
+    let tools = std::env::var_os("FVHOST_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/fvhost/tools")))
+        .expect("HOME");
+    tools.join("componentize-py/bin/componentize-py")
+}
+
+/// Build the Python example into `dir`; its path and the build time.
+fn build_python(dir: &Path) -> (PathBuf, Duration) {
+    let sdk = repo().join("plugins/sdk-python");
+    let out = dir.join("price_filter.wasm");
+    let started = Instant::now();
+    let run = Command::new("python3")
+        .args(["-m", "fv_plugin", "build"])
+        .arg(sdk.join("examples/price_filter.py"))
+        .args(["--kind", "step", "-o"])
+        .arg(&out)
+        .arg("--componentize-py")
+        .arg(componentize_py())
+        .env("PYTHONPATH", &sdk)
+        .output()
+        .expect("python3 -m fv_plugin build");
+    assert!(
+        run.status.success(),
+        "building the Python step (componentize-py 0.25.1 installed? tests/run installs it):\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (out, started.elapsed())
+}
+
+fn open(engine: &PluginEngine, plugin: &LoadedPlugin, config: &str) -> StepInstance {
+    let identity = TaskIdentity {
+        topology: "bench".into(),
+        stage: "filter-derive".into(),
+        task_index: 0,
+        parallelism: 1,
+    };
+    StepInstance::open(
+        engine,
+        plugin,
+        &SandboxPolicy::default(),
+        &identity,
+        config,
+        Arc::new(common::bid_schema()),
+    )
+    .expect("open step")
+}
+
+fn rows_of(reply: StepReply) -> RecordBatch {
+    match reply {
+        StepReply::Rows(out) => out,
+        StepReply::BadRows(_) => panic!("unexpected bad rows"),
+    }
+}
+
+/// Load `path` with a fresh engine on `cache`: the time it took.
+fn start(cache: &Path, path: &Path) -> Duration {
+    let engine = PluginEngine::new(Some(cache.to_path_buf())).expect("engine");
+    let started = Instant::now();
+    Catalog::new(&engine).load_path(path).expect("load");
+    started.elapsed()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (python_path, build_time) = build_python(dir.path());
+    let rust_path = Path::new(env!("FV_PLUGIN_DIR")).join("test_step.wasm");
+
+    let engine = common::engine();
+    let catalog = Catalog::new(&engine);
+    let python = catalog.load_path(&python_path).expect("python step");
+    let rust = catalog.load_path(&rust_path).expect("rust step");
+    let mut py = open(&engine, &python, r#"{"min_price":5000,"rate":0.5}"#);
+    let mut rs = open(&engine, &rust, r#"{"mode":"filter-derive","value":5000}"#);
+
+    println!("per batch: keep price > 5000 and add price_eur = price * 0.5 (new batch, median)");
+    println!(
+        "{:>8} {:>12} {:>14} {:>12} {:>14} {:>8}",
+        "rows", "rust", "rust rows/s", "python", "python rows/s", "ratio"
+    );
+    for rows in [1024, 8192, 65536] {
+        let batch = bids(rows);
+        let (a, b) = (
+            rows_of(rs.call(&batch).expect("rust")),
+            rows_of(py.call(&batch).expect("python")),
+        );
+        assert_eq!(a.num_rows(), b.num_rows(), "Rust and Python disagree");
+        let eur = |o: &RecordBatch| {
+            o.column_by_name("price_eur")
+                .and_then(|c| c.as_any().downcast_ref::<Float64Array>().cloned())
+                .expect("price_eur")
+        };
+        assert_eq!(eur(&a), eur(&b), "Rust and Python disagree on price_eur");
+        let t_rs = time_per_call(|| {
+            std::hint::black_box(rs.call(&batch).expect("rust"));
+        });
+        let t_py = time_per_call(|| {
+            std::hint::black_box(py.call(&batch).expect("python"));
+        });
+        println!(
+            "{rows:>8} {:>10.1}ms {:>14.0} {:>10.1}ms {:>14.0} {:>7.1}x",
+            t_rs.as_secs_f64() * 1e3,
+            rows as f64 / t_rs.as_secs_f64(),
+            t_py.as_secs_f64() * 1e3,
+            rows as f64 / t_py.as_secs_f64(),
+            t_py.as_secs_f64() / t_rs.as_secs_f64(),
+        );
+    }
+
+    println!();
+    println!(
+        "{:<8} {:>12} {:>14} {:>14} {:>14}",
+        "step", "size", "build", "first start", "cached start"
+    );
+    for (label, path, build) in [
+        ("rust", &rust_path, None),
+        ("python", &python_path, Some(build_time)),
+    ] {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let first = start(cache.path(), path);
+        let cached = start(cache.path(), path);
+        println!(
+            "{label:<8} {:>10.1}MB {:>14} {:>13.2}s {:>13.3}s",
+            std::fs::metadata(path).expect("size").len() as f64 / 1e6,
+            build.map_or("(cargo)".to_string(), |b| format!(
+                "{:.1}s",
+                b.as_secs_f64()
+            )),
+            first.as_secs_f64(),
+            cached.as_secs_f64(),
+        );
+    }
+}

@@ -1,0 +1,56 @@
+"""componentize-py glue for the ``fv:plugin/step`` export (a top-level
+module named after the interface, as componentize-py requires): the WIT
+resource ``step`` wraps the class given to ``fv_plugin.export_step``."""
+
+from componentize_py_types import Err
+from wit_world.exports import step as wit
+from wit_world.imports import types as wit_types
+
+from fv_plugin import _adapt, log
+from fv_plugin.config import ConfigError
+from fv_plugin.ipc import read_batch
+from fv_plugin.plugin import BadRows, TaskContext, describe_exception
+
+
+class Step(wit.Step):
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def open(cls, config, input_schema, task):
+        ctx = TaskContext(task.topology, task.stage, task.task_index, task.parallelism)
+        try:
+            return cls(_adapt.open_instance("step", config, input_schema, ctx))
+        except ConfigError as e:
+            raise Err(wit_types.ConfigError(e.key, e.message))
+
+    def input_columns(self):
+        try:
+            return _adapt.columns(self.inner.input_columns())
+        except Exception as e:  # noqa: BLE001 - a trap would say less
+            log.error(f"input_columns failed, reading every column: {describe_exception(e)}")
+            return None
+
+    def output_schema(self):
+        try:
+            return _adapt.schema_bytes(self.inner.output_schema(), "output_schema")
+        except Exception as e:  # noqa: BLE001
+            log.error(f"output_schema failed: {describe_exception(e)}")
+            return b""
+
+    def process(self, batch):
+        try:
+            data = read_batch(batch)
+        except Exception as e:  # noqa: BLE001
+            raise Err(wit.ProcessError_Failed(f"decoding the input batch: {e}"))
+        try:
+            kind, out = _adapt.step_output(self.inner.process(data), data.num_rows)
+        except BadRows as e:
+            raise Err(wit.ProcessError_BadRows([wit.RowError(r.row, r.message) for r in e.rows]))
+        except Exception as e:  # noqa: BLE001 - ProcessError and anything else fail the batch
+            raise Err(wit.ProcessError_Failed(describe_exception(e)))
+        if kind == "keep":
+            return wit.StepOutput_Keep(out)
+        if kind == "columns":
+            return wit.StepOutput_Columns(out)
+        return wit.StepOutput_Batch(out)

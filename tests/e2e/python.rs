@@ -1,0 +1,490 @@
+//! Plugins written in Python (`plugins/sdk-python`), built into components
+//! with componentize-py: the example step goes scaffold → build → package →
+//! publish → resolve by `ns:name@version` → run, its rows checked against
+//! the input; a row-at-a-time step that raises on some rows has exactly
+//! those rows dead-lettered; a Python source runs, resumes and rejects
+//! records; the compiled-component cache makes the second start fast.
+//!
+//! componentize-py comes from `tests/run` (pinned, into its tool cache):
+//! `$FVHOST_COMPONENTIZE_PY`, else `$FVHOST_TOOLS/componentize-py/bin/`,
+//! else `componentize-py` on `PATH`. Each component is built once per
+//! source content (a hash of the SDK and the plugin module) under
+//! `CARGO_TARGET_TMPDIR`, so later runs skip the ~12 s build.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::support::{Run, Scratch, assert_exit, int_column, repo};
+
+/// The pinned componentize-py `tests/run` installs.
+const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+
+fn sdk_dir() -> PathBuf {
+    repo().join("plugins/sdk-python")
+}
+
+fn componentize_py() -> PathBuf {
+    if let Some(p) = std::env::var_os("FVHOST_COMPONENTIZE_PY") {
+        return PathBuf::from(p);
+    }
+    let tools = std::env::var_os("FVHOST_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+                .map(|c| c.join("fvhost/tools"))
+        })
+        .expect("HOME or FVHOST_TOOLS");
+    let candidate = tools.join("componentize-py/bin/componentize-py");
+    if candidate.exists() {
+        return candidate;
+    }
+    PathBuf::from("componentize-py")
+}
+
+/// Every file under `dir` (sorted), hashed into `h`.
+fn hash_tree(dir: &Path, h: &mut DefaultHasher) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read sdk dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| !p.ends_with("__pycache__"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            hash_tree(&path, h);
+        } else {
+            path.hash(h);
+            std::fs::read(&path).expect("read").hash(h);
+        }
+    }
+}
+
+/// Serializes builds: two tests wanting the same component build it once.
+static BUILDS: Mutex<()> = Mutex::new(());
+
+/// Build `module` (a path under `plugins/sdk-python`) as a `kind` component,
+/// once per content of the SDK and the module.
+fn build(module: &str, kind: &str) -> PathBuf {
+    let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let sdk = sdk_dir();
+    let mut h = DefaultHasher::new();
+    hash_tree(&sdk.join("fv_plugin"), &mut h);
+    std::fs::read(sdk.join(module))
+        .expect("module")
+        .hash(&mut h);
+    kind.hash(&mut h);
+    COMPONENTIZE_PY_VERSION.hash(&mut h);
+    let stem = Path::new(module)
+        .file_stem()
+        .expect("a module file")
+        .to_string_lossy();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-plugins");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let out = dir.join(format!("{stem}-{:016x}.wasm", h.finish()));
+    if out.exists() {
+        return out;
+    }
+    let tool = componentize_py();
+    let version = Command::new(&tool).arg("--version").output();
+    match version {
+        Ok(v) if String::from_utf8_lossy(&v.stdout).contains(COMPONENTIZE_PY_VERSION) => {}
+        Ok(v) => panic!(
+            "{} is not componentize-py {COMPONENTIZE_PY_VERSION} (it says {:?}); run the tests with tests/run, which installs it",
+            tool.display(),
+            String::from_utf8_lossy(&v.stdout).trim()
+        ),
+        Err(e) => panic!(
+            "componentize-py ({}) cannot run: {e}; run the tests with tests/run, which installs componentize-py=={COMPONENTIZE_PY_VERSION}",
+            tool.display()
+        ),
+    }
+    let partial = out.with_extension("partial");
+    let started = Instant::now();
+    let result = Command::new("python3")
+        .args(["-m", "fv_plugin", "build"])
+        .arg(sdk.join(module))
+        .args(["--kind", kind, "-o"])
+        .arg(&partial)
+        .arg("--componentize-py")
+        .arg(&tool)
+        .env("PYTHONPATH", &sdk)
+        .output()
+        .expect("run python3 -m fv_plugin build");
+    assert!(
+        result.status.success(),
+        "building {module}:\n{}\n{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&partial, &out).expect("rename");
+    eprintln!(
+        "built {module} with componentize-py in {:.1} s: {} bytes",
+        started.elapsed().as_secs_f64(),
+        std::fs::metadata(&out).expect("size").len()
+    );
+    out
+}
+
+/// `fvhost` with the registry and the plugin cache inside the scratch.
+fn fvhost(s: &Scratch, args: &[&str]) -> Run {
+    let registry = s.path().join("registry").display().to_string();
+    let cache = s.path().join("plugin-cache").display().to_string();
+    s.fvhost_env(
+        args,
+        &[
+            ("FVHOST_REGISTRY", registry.as_str()),
+            ("FVHOST_PLUGIN_CACHE", cache.as_str()),
+        ],
+    )
+}
+
+fn json(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+const BIDS: &str = r#"[sources.bids]
+plugin = "generator"
+config = { kind = "nexmark", stream = "bid", events = 3000, seed = 11 }
+"#;
+
+#[test]
+fn a_python_step_is_packaged_published_resolved_and_runs() {
+    let s = Scratch::new();
+    let built = build("examples/price_filter.py", "step");
+    let wasm = s.path().join("price_filter.wasm");
+    std::fs::copy(&built, &wasm).expect("copy");
+    let wasm_arg = wasm.to_str().expect("utf-8");
+
+    // Without metadata, publish refuses it and says why.
+    let bare = fvhost(&s, &["plugin", "publish", wasm_arg]);
+    assert_exit(&bare, 2);
+    assert!(
+        bare.stderr.contains("carries no package metadata"),
+        "{}",
+        bare.stderr
+    );
+
+    // A kind other than the exported world is refused by `package`.
+    let schema = sdk_dir().join("examples/price_filter.schema.json");
+    let schema_arg = schema.to_str().expect("utf-8");
+    let wrong = fvhost(
+        &s,
+        &[
+            "plugin",
+            "package",
+            wasm_arg,
+            "--package",
+            "acme:price-filter",
+            "--version",
+            "0.1.0",
+            "--kind",
+            "source",
+        ],
+    );
+    assert_exit(&wrong, 2);
+    assert!(
+        wrong
+            .stderr
+            .contains("--kind source: the component implements the step world"),
+        "{}",
+        wrong.stderr
+    );
+
+    let packaged = fvhost(
+        &s,
+        &[
+            "plugin",
+            "package",
+            wasm_arg,
+            "--package",
+            "acme:price-filter",
+            "--version",
+            "0.1.0",
+            "--kind",
+            "step",
+            "--capabilities",
+            "",
+            "--config-schema",
+            schema_arg,
+            "--license",
+            "Apache-2.0",
+            "--description",
+            "keeps bids above a price, adds price_eur",
+        ],
+    );
+    assert_exit(&packaged, 0);
+    let inspect = fvhost(&s, &["plugin", "inspect", wasm_arg]);
+    assert_exit(&inspect, 0);
+    for line in [
+        "package:      acme:price-filter",
+        "version:      0.1.0",
+        "kind:         step",
+        "world:        fv:plugin/step-plugin@0.4.0",
+        "capabilities: none",
+        "min_price",
+    ] {
+        assert!(
+            inspect.stdout.contains(line),
+            "no {line:?} in\n{}",
+            inspect.stdout
+        );
+    }
+    let publish = fvhost(&s, &["plugin", "publish", wasm_arg]);
+    assert_exit(&publish, 0);
+    assert!(
+        publish.stdout.contains("published acme:price-filter@0.1.0"),
+        "{}",
+        publish.stdout
+    );
+
+    // The raw input, to check the step's output against.
+    s.write(
+        "raw.toml",
+        &format!(
+            "name = \"raw\"\n{BIDS}\n[sinks.raw]\ninput = \"bids\"\nplugin = \"file-sink\"\nallow_write = [\"raw\"]\nconfig = {{ path = \"raw\" }}\n"
+        ),
+    );
+    assert_exit(&fvhost(&s, &["run", "raw.toml", "--no-progress"]), 0);
+
+    let topology = |config: &str| {
+        format!(
+            "name = \"py\"\n{BIDS}\n[stages.expensive]\ninput = \"bids\"\nplugin = \"acme:price-filter@^0.1\"\nconfig = {config}\n\n[sinks.out]\ninput = \"expensive\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = {{ path = \"out\" }}\n"
+        )
+    };
+    // The config is checked against the packaged schema before any plugin code runs.
+    s.write("bad.toml", &topology("{ min_price = \"high\" }"));
+    let bad = fvhost(&s, &["validate", "bad.toml"]);
+    assert_exit(&bad, 2);
+    assert!(
+        bad.stderr.contains("stages.expensive.config.min_price")
+            && bad.stderr.contains("acme:price-filter@0.1.0"),
+        "{}",
+        bad.stderr
+    );
+
+    s.write("t.toml", &topology("{ min_price = 5000000, rate = 0.5 }"));
+    assert_exit(&fvhost(&s, &["validate", "t.toml"]), 0);
+    let lock = std::fs::read_to_string(s.path().join("t.lock")).expect("lock written");
+    assert!(
+        lock.contains("acme:price-filter") && lock.contains("0.1.0"),
+        "{lock}"
+    );
+    let run = fvhost(&s, &["run", "t.toml", "--locked", "--no-progress"]);
+    assert_exit(&run, 0);
+
+    let mut expected: Vec<serde_json::Value> = s
+        .output_lines("raw")
+        .iter()
+        .map(|l| json(l))
+        .filter(|r| r["price"].as_i64().expect("price") > 5_000_000)
+        .map(|mut r| {
+            let eur = r["price"].as_i64().expect("price") as f64 * 0.5;
+            r["price_eur"] = serde_json::json!(eur);
+            r
+        })
+        .collect();
+    let mut actual: Vec<serde_json::Value> =
+        s.output_lines("out").iter().map(|l| json(l)).collect();
+    let key = |v: &serde_json::Value| v.to_string();
+    expected.sort_by_key(key);
+    actual.sort_by_key(key);
+    assert!(
+        expected.len() > 100 && expected.len() < 2900,
+        "{} rows pass the filter: a poor test",
+        expected.len()
+    );
+    assert_eq!(actual, expected);
+}
+
+#[test]
+fn a_python_step_that_raises_on_some_rows_has_exactly_those_dead_lettered() {
+    let s = Scratch::new();
+    let wasm = build("tests/plugins/poison_rows.py", "step");
+    s.write(
+        "t.toml",
+        &format!(
+            r#"name = "poison"
+dead_letter = "rejects"
+
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = 1000 }}
+
+[stages.step]
+input = "nums"
+path = "{}"
+config = {{ modulus = 97, poison = 13 }}
+
+[sinks.out]
+input = "step"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+
+[sinks.rejects]
+plugin = "file-sink"
+allow_write = ["rejects"]
+config = {{ path = "rejects" }}
+"#,
+            wasm.display()
+        ),
+    );
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let poison: Vec<i64> = (0..1000).filter(|n| n % 97 == 13).collect();
+    let lines = s.output_lines("out");
+    assert_eq!(
+        int_column(&lines, "seq"),
+        (0..1000).filter(|n| n % 97 != 13).collect::<Vec<i64>>()
+    );
+    for l in &lines {
+        let r = json(l);
+        assert_eq!(
+            r["half"].as_f64(),
+            Some(r["seq"].as_i64().expect("seq") as f64 / 2.0),
+            "{l}"
+        );
+    }
+    let mut rejected: Vec<i64> = s
+        .output_lines("rejects")
+        .iter()
+        .map(|l| {
+            let r = json(l);
+            assert_eq!(r["stage"], "step", "{l}");
+            let error = r["error"].as_str().expect("error");
+            let row = json(r["row"].as_str().expect("row"));
+            let seq = row["seq"].as_i64().expect("seq");
+            assert!(
+                error.starts_with(&format!(
+                    "ValueError: seq {seq} is poison (at poison_rows.py:"
+                )),
+                "{error}"
+            );
+            seq
+        })
+        .collect();
+    rejected.sort();
+    assert_eq!(rejected, poison);
+}
+
+#[test]
+fn a_python_source_runs_resumes_and_rejects_records() {
+    let s = Scratch::new();
+    let wasm = build("tests/plugins/counter.py", "source");
+    s.write(
+        "t.toml",
+        &format!(
+            r#"name = "counter"
+dead_letter = "rejects"
+
+[sources.count]
+path = "{}"
+config = {{ count = 1000, batch = 64, reject_every = 100 }}
+
+[sinks.out]
+input = "count"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+
+[sinks.rejects]
+plugin = "file-sink"
+allow_write = ["rejects"]
+config = {{ path = "rejects" }}
+"#,
+            wasm.display()
+        ),
+    );
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let lines = s.output_lines("out");
+    assert_eq!(
+        int_column(&lines, "n"),
+        (0..1000).filter(|n| n % 100 != 0).collect::<Vec<i64>>()
+    );
+    for l in &lines {
+        let r = json(l);
+        let n = r["n"].as_i64().expect("n");
+        let label = if n % 5 == 0 {
+            serde_json::Value::Null
+        } else {
+            format!("#{n}").into()
+        };
+        assert_eq!(r["label"], label, "{l}");
+        assert!(
+            r["at"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("2023-11-14T22:13:20")),
+            "{l}"
+        );
+    }
+    let rejects = s.output_lines("rejects");
+    assert_eq!(rejects.len(), 10, "{rejects:?}");
+    assert!(
+        rejects.iter().all(|l| l.contains("divisible")),
+        "{rejects:?}"
+    );
+
+    // Drained and checkpointed: a second run resumes at the end.
+    let again = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&again, 0);
+    assert_eq!(int_column(&s.output_lines("out"), "n").len(), 990);
+}
+
+#[test]
+fn the_compile_cache_makes_the_second_start_of_a_python_plugin_fast() {
+    let s = Scratch::new();
+    let wasm = build("examples/price_filter.py", "step");
+    let cache = s.path().join("components");
+    let cache_arg = cache.display().to_string();
+    let wasm_arg = wasm.to_str().expect("utf-8");
+    let start = |label: &str| {
+        let started = Instant::now();
+        let run = s.fvhost_env(
+            &["plugin", "inspect", wasm_arg],
+            &[("FVHOST_CACHE_DIR", cache_arg.as_str())],
+        );
+        let took = started.elapsed();
+        assert_exit(&run, 0);
+        eprintln!(
+            "{label} start of the Python step ({} bytes): {:.2} s",
+            std::fs::metadata(&wasm).expect("component").len(),
+            took.as_secs_f64()
+        );
+        took
+    };
+    let first = start("first (compiles)");
+    let cached = start("cached");
+    assert!(
+        cached * 4 < first,
+        "the cached start ({cached:?}) is not much faster than the first ({first:?})"
+    );
+}
+
+#[test]
+fn the_python_sdk_unit_tests_pass() {
+    // The IPC reader/writer against pyarrow-written fixtures, config
+    // parsing, the adapters and the example step, under the host's CPython.
+    let run = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "tests", "-v"])
+        .current_dir(sdk_dir())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python3 -m unittest");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "python3 -m unittest failed:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("skipped"),
+        "a Python SDK test was skipped:\n{stderr}"
+    );
+}
