@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp::gt;
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -28,53 +28,6 @@ use fvhost::epoch::EpochStore;
 use fvhost::plugin::{Catalog, PluginEngine, SandboxPolicy, StepInstance, TaskIdentity};
 use fvhost::runtime::{self, RunControl, StageMetrics};
 use fvhost::topology::Topology;
-
-fn bids(rows: usize) -> RecordBatch {
-    let schema = Arc::new(common::bid_schema());
-    let mut x: u64 = 42;
-    let mut next = || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        x >> 33
-    };
-    let auction: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
-    let bidder: Vec<i64> = (0..rows).map(|_| (next() % 100_000) as i64).collect();
-    let price: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
-    let channel: Vec<String> = (0..rows).map(|i| format!("channel-{}", i % 100)).collect();
-    let url: Vec<String> = (0..rows)
-        .map(|i| format!("https://www.nexmark.com/item.htm?query=1&id={i}"))
-        .collect();
-    let ts: Vec<i64> = (0..rows as i64).map(|i| 1_704_067_200_000 + i).collect();
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(auction)),
-            Arc::new(Int64Array::from(bidder)),
-            Arc::new(Int64Array::from(price)),
-            Arc::new(StringArray::from(channel)),
-            Arc::new(StringArray::from(url)),
-            Arc::new(TimestampMillisecondArray::from(ts)),
-        ],
-    )
-    .expect("bid batch")
-}
-
-/// Median time per call of `f` over enough calls to fill ~1 s.
-fn time_per_call(mut f: impl FnMut()) -> Duration {
-    for _ in 0..3 {
-        f();
-    }
-    let mut samples = Vec::new();
-    let budget = Instant::now();
-    while budget.elapsed() < Duration::from_secs(1) || samples.len() < 10 {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 fn test_step() -> PathBuf {
     Path::new(env!("FV_PLUGIN_DIR")).join("test_step.wasm")
@@ -95,8 +48,8 @@ fn boundary(engine: &PluginEngine) {
         "rows", "native", "wasm (selection)", "ratio", "wasm (new batch)", "ratio"
     );
     for rows in [1024, 8192, 65536] {
-        let batch = bids(rows);
-        let native = time_per_call(|| {
+        let batch = common::bids(rows);
+        let native = common::time_per_call(3, Duration::from_secs(1), 10, || {
             let price = batch
                 .column(2)
                 .as_any()
@@ -146,10 +99,10 @@ fn boundary(engine: &PluginEngine) {
                 fvhost::plugin::StepReply::BadRows(_) => panic!("unexpected bad rows"),
             }
         }
-        let wasm_fast = time_per_call(|| {
+        let wasm_fast = common::time_per_call(3, Duration::from_secs(1), 10, || {
             std::hint::black_box(fast.call(&batch).expect("call"));
         });
-        let wasm_naive = time_per_call(|| {
+        let wasm_naive = common::time_per_call(3, Duration::from_secs(1), 10, || {
             std::hint::black_box(naive.call(&batch).expect("call"));
         });
         println!(

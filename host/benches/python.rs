@@ -18,58 +18,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{
-    Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
-};
+use arrow::array::{Array, Float64Array, RecordBatch};
 
 use fvhost::plugin::{
     Catalog, LoadedPlugin, PluginEngine, SandboxPolicy, StepInstance, StepReply, TaskIdentity,
 };
-
-fn bids(rows: usize) -> RecordBatch {
-    let schema = Arc::new(common::bid_schema());
-    let mut x: u64 = 42;
-    let mut next = || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        x >> 33
-    };
-    let auction: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
-    let bidder: Vec<i64> = (0..rows).map(|_| (next() % 100_000) as i64).collect();
-    let price: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
-    let channel: Vec<String> = (0..rows).map(|i| format!("channel-{}", i % 100)).collect();
-    let url: Vec<String> = (0..rows)
-        .map(|i| format!("https://www.nexmark.com/item.htm?query=1&id={i}"))
-        .collect();
-    let ts: Vec<i64> = (0..rows as i64).map(|i| 1_704_067_200_000 + i).collect();
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(auction)),
-            Arc::new(Int64Array::from(bidder)),
-            Arc::new(Int64Array::from(price)),
-            Arc::new(StringArray::from(channel)),
-            Arc::new(StringArray::from(url)),
-            Arc::new(TimestampMillisecondArray::from(ts)),
-        ],
-    )
-    .expect("bid batch")
-}
-
-/// Median time per call of `f` over enough calls to fill ~2 s (at least 5).
-fn time_per_call(mut f: impl FnMut()) -> Duration {
-    f();
-    let mut samples = Vec::new();
-    let budget = Instant::now();
-    while budget.elapsed() < Duration::from_secs(2) || samples.len() < 5 {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -163,7 +116,7 @@ fn main() {
         "rows", "rust", "rust rows/s", "python", "python rows/s", "ratio"
     );
     for rows in [1024, 8192, 65536] {
-        let batch = bids(rows);
+        let batch = common::bids(rows);
         let (a, b) = (
             rows_of(rs.call(&batch).expect("rust")),
             rows_of(py.call(&batch).expect("python")),
@@ -175,10 +128,10 @@ fn main() {
                 .expect("price_eur")
         };
         assert_eq!(eur(&a), eur(&b), "Rust and Python disagree on price_eur");
-        let t_rs = time_per_call(|| {
+        let t_rs = common::time_per_call(1, Duration::from_secs(2), 5, || {
             std::hint::black_box(rs.call(&batch).expect("rust"));
         });
-        let t_py = time_per_call(|| {
+        let t_py = common::time_per_call(1, Duration::from_secs(2), 5, || {
             std::hint::black_box(py.call(&batch).expect("python"));
         });
         println!(

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use fvhost::epoch::EpochStore;
 use fvhost::plugin::PluginEngine;
@@ -78,4 +79,58 @@ pub fn bid_schema() -> Schema {
             false,
         ),
     ])
+}
+
+/// `rows` bids of a fixed pseudo-random sequence (the same every run).
+pub fn bids(rows: usize) -> RecordBatch {
+    let schema = Arc::new(bid_schema());
+    let mut x: u64 = 42;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let auction: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let bidder: Vec<i64> = (0..rows).map(|_| (next() % 100_000) as i64).collect();
+    let price: Vec<i64> = (0..rows).map(|_| (next() % 10_000) as i64).collect();
+    let channel: Vec<String> = (0..rows).map(|i| format!("channel-{}", i % 100)).collect();
+    let url: Vec<String> = (0..rows)
+        .map(|i| format!("https://www.nexmark.com/item.htm?query=1&id={i}"))
+        .collect();
+    let ts: Vec<i64> = (0..rows as i64).map(|i| 1_704_067_200_000 + i).collect();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(auction)),
+            Arc::new(Int64Array::from(bidder)),
+            Arc::new(Int64Array::from(price)),
+            Arc::new(StringArray::from(channel)),
+            Arc::new(StringArray::from(url)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("bid batch")
+}
+
+/// Median time per call of `f`: after `warmups` calls, calls until
+/// `budget` has passed and at least `min_samples` were timed.
+pub fn time_per_call(
+    warmups: usize,
+    budget: Duration,
+    min_samples: usize,
+    mut f: impl FnMut(),
+) -> Duration {
+    for _ in 0..warmups {
+        f();
+    }
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < budget || samples.len() < min_samples {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    samples[samples.len() / 2]
 }

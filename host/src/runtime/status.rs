@@ -336,22 +336,30 @@ pub fn read(state_dir: &Path) -> std::io::Result<StatusRecord> {
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
 }
 
+/// A source `nums` and a sink `out` joined by one edge of one channel of
+/// capacity 8 holding 2 messages (the status and `/metrics` tests').
+#[cfg(test)]
+pub(crate) fn two_nodes_with_a_queued_edge() -> [Arc<StageMetrics>; 2] {
+    use crate::runtime::edge::{EdgeGauge, EdgeSender};
+    use crate::runtime::message::Message;
+    let source = Arc::new(StageMetrics::new("nums", "source"));
+    let sink = Arc::new(StageMetrics::new("out", "sink"));
+    let edge = EdgeGauge::new("nums", "out", false, 1, 8);
+    sink.watch_edge(Arc::clone(&edge));
+    let (tx, _rx) = crossbeam_channel::bounded(8);
+    let tx = EdgeSender::new(tx, edge.channel(0));
+    tx.send(Message::Barrier(1)).expect("send");
+    tx.send(Message::Barrier(2)).expect("send");
+    [source, sink]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::edge::{EdgeGauge, EdgeSender};
-    use crate::runtime::message::Message;
 
     #[test]
     fn the_record_carries_edges_rate_history_and_checkpoints() {
-        let source = Arc::new(StageMetrics::new("nums", "source"));
-        let sink = Arc::new(StageMetrics::new("out", "sink"));
-        let edge = EdgeGauge::new("nums", "out", false, 1, 8);
-        sink.watch_edge(Arc::clone(&edge));
-        let (tx, _rx) = crossbeam_channel::bounded(8);
-        let tx = EdgeSender::new(tx, edge.channel(0));
-        tx.send(Message::Barrier(1)).expect("send");
-        tx.send(Message::Barrier(2)).expect("send");
+        let [source, sink] = two_nodes_with_a_queued_edge();
         let t0 = std::time::Instant::now();
         source.rate_history.sample(0, t0);
         source.rate_history.sample(500, t0 + Duration::from_secs(1));

@@ -489,11 +489,15 @@ impl TopologySet {
         if let Some(control) = control {
             control.request_stop();
             // The run stays in place (and visible) through its final
-            // checkpoint; `view` reaps it once its thread has ended.
+            // checkpoint; `reap` takes it once its thread has ended.
             loop {
-                let view = self.view(name)?;
-                if view.state != RunState::Running {
-                    return Ok(view);
+                {
+                    let mut hosted = self.lock();
+                    let entry = entry_of(&mut hosted, name)?;
+                    reap(entry);
+                    if entry.run.is_none() {
+                        break;
+                    }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }

@@ -300,29 +300,18 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::runtime::edge::{EdgeGauge, EdgeSender};
-    use crate::runtime::message::Message;
-    use crate::runtime::{RunControl, StageMetrics};
+    use crate::runtime::RunControl;
+    use crate::runtime::status::two_nodes_with_a_queued_edge;
 
     /// Each edge's fill (fullest channel over capacity) and what waits on
     /// it reach `/metrics`, labelled by topology and both ends.
     #[test]
     fn edge_fill_is_exported_per_edge() {
-        let source = Arc::new(StageMetrics::new("nums", "source"));
-        let sink = Arc::new(StageMetrics::new("out", "sink"));
-        let edge = EdgeGauge::new("nums", "out", false, 1, 8);
-        sink.watch_edge(Arc::clone(&edge));
-        let (tx, _rx) = crossbeam_channel::bounded(8);
-        let tx = EdgeSender::new(tx, edge.channel(0));
-        tx.send(Message::Barrier(1)).expect("send");
-        tx.send(Message::Barrier(2)).expect("send");
         let record = crate::runtime::status::record(
             "t",
             0,
-            &[source, sink],
+            &two_nodes_with_a_queued_edge(),
             &RunControl::default(),
             RunState::Running,
             None,
