@@ -26,6 +26,18 @@ pub enum NewKind {
     Step,
 }
 
+/// The language `fvhost plugin new` scaffolds in.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum NewLanguage {
+    /// A crate over fv-plugin-sdk (cargo, wasm32-wasip2).
+    Rust,
+    /// A module over the fv_plugin SDK, vendored into the project
+    /// (componentize-py).
+    Python,
+    /// A module over the fv-plugin npm package (componentize-js).
+    Js,
+}
+
 #[derive(Subcommand)]
 pub enum PluginCommand {
     /// List the first-party plugins built into this fvhost (`fv:<name>`),
@@ -62,20 +74,28 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
         registry: Option<String>,
     },
-    /// Scaffold a plugin crate (SDK dependency, a working example of its
-    /// kind, a test) that builds with `cargo build --release --target
-    /// wasm32-wasip2` and publishes as is.
+    /// Scaffold a plugin project that builds, tests and publishes as is: a
+    /// working example of its kind, a unit test in its own language, the
+    /// JSON Schema of its config, a runnable topology.toml (generator →
+    /// plugin → stdout) and a README. Then: `fvhost plugin build`.
+    ///
+    /// Example: fvhost plugin new acme:price-band --kind step --lang python
     New {
         /// The package, `namespace:name` (or just `name`: `local:name`).
         name: String,
         /// What the plugin is.
         #[arg(long, value_enum)]
         kind: NewKind,
+        /// The language it is written in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: NewLanguage,
         /// Where to create it [default: ./<name>].
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// The fv-plugin-sdk crate to depend on [default: the SDK of the
-        /// source tree this fvhost was built from].
+        /// The SDK to depend on: the fv-plugin-sdk crate (Rust) or the
+        /// fv-plugin npm package (JavaScript) [default: plugins/sdk or
+        /// plugins/sdk-js of the source tree this fvhost was built from].
+        /// Python projects vendor the SDK this fvhost carries.
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -89,10 +109,12 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR|oci://…", help = REGISTRY_HELP)]
         registry: Option<String>,
     },
-    /// Build a plugin crate for wasm32-wasip2 (release) and print the
-    /// component's path.
+    /// Build a plugin and print the component's path: a Rust crate with
+    /// cargo (wasm32-wasip2, release), a Python or JavaScript project (its
+    /// plugin.toml) with componentize-py or componentize-js, then
+    /// plugin.toml's metadata written into the component.
     Build {
-        /// The crate's directory.
+        /// The plugin's directory.
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
@@ -250,9 +272,10 @@ pub fn execute(
         PluginCommand::New {
             name,
             kind,
+            lang,
             dir,
             sdk,
-        } => new_plugin(name, kind, dir, sdk),
+        } => new_plugin(name, kind, lang, dir, sdk),
         PluginCommand::Update {
             topology,
             package,
@@ -416,10 +439,11 @@ fn print_output_schemas(engine: &PluginEngine, p: &LoadedPlugin, config: Option<
 fn new_plugin(
     name: String,
     kind: NewKind,
+    lang: NewLanguage,
     dir: Option<PathBuf>,
     sdk: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    use fvhost::registry::scaffold::{ScaffoldKind, new_plugin};
+    use fvhost::registry::scaffold::{ScaffoldKind, ScaffoldLanguage, new_plugin};
     let full = if name.contains(':') {
         name
     } else {
@@ -429,13 +453,45 @@ fn new_plugin(
         Ok(p) => p,
         Err(e) => return refused(e),
     };
-    let sdk = sdk
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk")));
-    let Ok(sdk) = sdk.canonicalize() else {
-        return refused(format!(
-            "no fv-plugin-sdk at {}; pass --sdk <path to plugins/sdk of an fvhost checkout>",
-            sdk.display()
-        ));
+    let (language, default_sdk, what, next) = match lang {
+        NewLanguage::Rust => (
+            ScaffoldLanguage::Rust,
+            Some(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk")),
+            "fv-plugin-sdk crate",
+            "cargo test && fvhost plugin build",
+        ),
+        NewLanguage::Python => (
+            ScaffoldLanguage::Python,
+            None,
+            "",
+            "python3 -m unittest && fvhost plugin build",
+        ),
+        NewLanguage::Js => (
+            ScaffoldLanguage::Js,
+            Some(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk-js")),
+            "fv-plugin npm package",
+            "npm install && npm test && fvhost plugin build",
+        ),
+    };
+    let sdk = match (default_sdk, sdk) {
+        (None, Some(_)) => {
+            return refused(
+                "--sdk: a Python project vendors the SDK this fvhost carries; it takes no --sdk",
+            );
+        }
+        (None, None) => None,
+        (Some(default), given) => {
+            let sdk = given.unwrap_or_else(|| PathBuf::from(default));
+            match sdk.canonicalize() {
+                Ok(sdk) => Some(sdk),
+                Err(_) => {
+                    return refused(format!(
+                        "no {what} at {}; pass --sdk <its directory in an fvhost checkout>",
+                        sdk.display()
+                    ));
+                }
+            }
+        }
     };
     let dir = dir.unwrap_or_else(|| PathBuf::from(&package.name));
     let kind = match kind {
@@ -443,13 +499,25 @@ fn new_plugin(
         NewKind::Sink => ScaffoldKind::Sink,
         NewKind::Step => ScaffoldKind::Step,
     };
-    match new_plugin(&dir, &package, kind, &sdk) {
+    match new_plugin(&dir, &package, kind, language, sdk.as_deref()) {
         Ok(files) => {
+            let vendored = dir.join("fv_plugin");
+            let mut sdk_files = 0;
             for f in files {
-                println!("created {}", f.display());
+                if f.starts_with(&vendored) {
+                    sdk_files += 1;
+                } else {
+                    println!("created {}", f.display());
+                }
+            }
+            if sdk_files > 0 {
+                println!(
+                    "created {} (the fv_plugin SDK, {sdk_files} files)",
+                    vendored.display()
+                );
             }
             println!(
-                "next: cd {} && cargo test && fvhost plugin build && fvhost run topology.toml",
+                "next: cd {} && {next} && fvhost run topology.toml",
                 dir.display()
             );
             Ok(ExitCode::SUCCESS)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use fvhost::epoch::EpochStore;
-use fvhost::plugin::build::build_crate;
+use fvhost::plugin::build::build_plugin;
 use fvhost::plugin::trial::{DEAD_LETTERS, NODE, Trial, TrialInput};
 use fvhost::plugin::{Catalog, PluginEngine, PluginKind};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
@@ -22,7 +22,8 @@ use crate::{EXIT_CONFIG, EXIT_RUNTIME};
 /// What `fvhost plugin test` takes.
 #[derive(clap::Args)]
 pub struct TestArgs {
-    /// A `.wasm` component, or a plugin crate's directory (built first).
+    /// A `.wasm` component, or a plugin's directory (a Rust crate or a
+    /// Python/JavaScript `plugin.toml` project; built first).
     #[arg(default_value = ".")]
     pub plugin: PathBuf,
     /// The plugin's `config`, as a JSON object.
@@ -48,7 +49,7 @@ pub struct TestArgs {
 
 /// `fvhost plugin build [DIR]`: print the component's path on stdout.
 pub fn build(dir: &Path) -> ExitCode {
-    match build_crate(dir) {
+    match build_plugin(dir) {
         Ok(wasm) => {
             println!("{}", wasm.display());
             ExitCode::SUCCESS
@@ -68,7 +69,7 @@ pub fn test(args: TestArgs, engine: &PluginEngine) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::from(EXIT_CONFIG))
     };
     let component = if args.plugin.is_dir() {
-        match build_crate(&args.plugin) {
+        match build_plugin(&args.plugin) {
             Ok(wasm) => {
                 eprintln!("built {}", wasm.display());
                 wasm

@@ -18,7 +18,11 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::support::{Run, Scratch, assert_exit, int_column, repo};
+use crate::guest_sdk::{
+    BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
+    assert_the_second_start_is_cached, fvhost, hash_tree, json, write_raw_bids,
+};
+use crate::support::{Scratch, assert_exit, int_column, repo};
 
 /// The pinned componentize-py `tests/run` installs.
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
@@ -47,25 +51,6 @@ fn componentize_py() -> PathBuf {
     PathBuf::from("componentize-py")
 }
 
-/// Every file under `dir` (sorted), hashed into `h`.
-fn hash_tree(dir: &Path, h: &mut DefaultHasher) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("read sdk dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| !p.ends_with("__pycache__"))
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            hash_tree(&path, h);
-        } else {
-            path.hash(h);
-            std::fs::read(&path).expect("read").hash(h);
-        }
-    }
-}
-
 /// Serializes builds: two tests wanting the same component build it once.
 static BUILDS: Mutex<()> = Mutex::new(());
 
@@ -75,7 +60,7 @@ fn build(module: &str, kind: &str) -> PathBuf {
     let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
     let sdk = sdk_dir();
     let mut h = DefaultHasher::new();
-    hash_tree(&sdk.join("fv_plugin"), &mut h);
+    hash_tree(&sdk.join("fv_plugin"), &mut h, &["__pycache__"]);
     std::fs::read(sdk.join(module))
         .expect("module")
         .hash(&mut h);
@@ -131,28 +116,6 @@ fn build(module: &str, kind: &str) -> PathBuf {
     );
     out
 }
-
-/// `fvhost` with the registry and the plugin cache inside the scratch.
-fn fvhost(s: &Scratch, args: &[&str]) -> Run {
-    let registry = s.path().join("registry").display().to_string();
-    let cache = s.path().join("plugin-cache").display().to_string();
-    s.fvhost_env(
-        args,
-        &[
-            ("FVHOST_REGISTRY", registry.as_str()),
-            ("FVHOST_PLUGIN_CACHE", cache.as_str()),
-        ],
-    )
-}
-
-fn json(line: &str) -> serde_json::Value {
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-}
-
-const BIDS: &str = r#"[sources.bids]
-plugin = "generator"
-config = { kind = "nexmark", stream = "bid", events = 3000, seed = 11 }
-"#;
 
 #[test]
 fn a_python_step_is_packaged_published_resolved_and_runs() {
@@ -245,13 +208,7 @@ fn a_python_step_is_packaged_published_resolved_and_runs() {
     );
 
     // The raw input, to check the step's output against.
-    s.write(
-        "raw.toml",
-        &format!(
-            "name = \"raw\"\n{BIDS}\n[sinks.raw]\ninput = \"bids\"\nplugin = \"file-sink\"\nallow_write = [\"raw\"]\nconfig = {{ path = \"raw\" }}\n"
-        ),
-    );
-    assert_exit(&fvhost(&s, &["run", "raw.toml", "--no-progress"]), 0);
+    write_raw_bids(&s);
 
     let topology = |config: &str| {
         format!(
@@ -279,99 +236,15 @@ fn a_python_step_is_packaged_published_resolved_and_runs() {
     let run = fvhost(&s, &["run", "t.toml", "--locked", "--no-progress"]);
     assert_exit(&run, 0);
 
-    let mut expected: Vec<serde_json::Value> = s
-        .output_lines("raw")
-        .iter()
-        .map(|l| json(l))
-        .filter(|r| r["price"].as_i64().expect("price") > 5_000_000)
-        .map(|mut r| {
-            let eur = r["price"].as_i64().expect("price") as f64 * 0.5;
-            r["price_eur"] = serde_json::json!(eur);
-            r
-        })
-        .collect();
-    let mut actual: Vec<serde_json::Value> =
-        s.output_lines("out").iter().map(|l| json(l)).collect();
-    let key = |v: &serde_json::Value| v.to_string();
-    expected.sort_by_key(key);
-    actual.sort_by_key(key);
-    assert!(
-        expected.len() > 100 && expected.len() < 2900,
-        "{} rows pass the filter: a poor test",
-        expected.len()
-    );
-    assert_eq!(actual, expected);
+    assert_price_filter_output(&s);
 }
 
 #[test]
 fn a_python_step_that_raises_on_some_rows_has_exactly_those_dead_lettered() {
-    let s = Scratch::new();
     let wasm = build("tests/plugins/poison_rows.py", "step");
-    s.write(
-        "t.toml",
-        &format!(
-            r#"name = "poison"
-dead_letter = "rejects"
-
-[sources.nums]
-plugin = "generator"
-config = {{ kind = "sequence", events = 1000 }}
-
-[stages.step]
-input = "nums"
-path = "{}"
-config = {{ modulus = 97, poison = 13 }}
-
-[sinks.out]
-input = "step"
-plugin = "file-sink"
-allow_write = ["out"]
-config = {{ path = "out" }}
-
-[sinks.rejects]
-plugin = "file-sink"
-allow_write = ["rejects"]
-config = {{ path = "rejects" }}
-"#,
-            wasm.display()
-        ),
-    );
-    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
-    assert_exit(&run, 0);
-    let poison: Vec<i64> = (0..1000).filter(|n| n % 97 == 13).collect();
-    let lines = s.output_lines("out");
-    assert_eq!(
-        int_column(&lines, "seq"),
-        (0..1000).filter(|n| n % 97 != 13).collect::<Vec<i64>>()
-    );
-    for l in &lines {
-        let r = json(l);
-        assert_eq!(
-            r["half"].as_f64(),
-            Some(r["seq"].as_i64().expect("seq") as f64 / 2.0),
-            "{l}"
-        );
-    }
-    let mut rejected: Vec<i64> = s
-        .output_lines("rejects")
-        .iter()
-        .map(|l| {
-            let r = json(l);
-            assert_eq!(r["stage"], "step", "{l}");
-            let error = r["error"].as_str().expect("error");
-            let row = json(r["row"].as_str().expect("row"));
-            let seq = row["seq"].as_i64().expect("seq");
-            assert!(
-                error.starts_with(&format!(
-                    "ValueError: seq {seq} is poison (at poison_rows.py:"
-                )),
-                "{error}"
-            );
-            seq
-        })
-        .collect();
-    rejected.sort();
-    assert_eq!(rejected, poison);
+    assert_exactly_the_poison_rows_are_dead_lettered(&wasm, |seq| {
+        format!("ValueError: seq {seq} is poison (at poison_rows.py:")
+    });
 }
 
 #[test]
@@ -440,32 +313,8 @@ config = {{ path = "rejects" }}
 
 #[test]
 fn the_compile_cache_makes_the_second_start_of_a_python_plugin_fast() {
-    let s = Scratch::new();
     let wasm = build("examples/price_filter.py", "step");
-    let cache = s.path().join("components");
-    let cache_arg = cache.display().to_string();
-    let wasm_arg = wasm.to_str().expect("utf-8");
-    let start = |label: &str| {
-        let started = Instant::now();
-        let run = s.fvhost_env(
-            &["plugin", "inspect", wasm_arg],
-            &[("FVHOST_CACHE_DIR", cache_arg.as_str())],
-        );
-        let took = started.elapsed();
-        assert_exit(&run, 0);
-        eprintln!(
-            "{label} start of the Python step ({} bytes): {:.2} s",
-            std::fs::metadata(&wasm).expect("component").len(),
-            took.as_secs_f64()
-        );
-        took
-    };
-    let first = start("first (compiles)");
-    let cached = start("cached");
-    assert!(
-        cached * 4 < first,
-        "the cached start ({cached:?}) is not much faster than the first ({first:?})"
-    );
+    assert_the_second_start_is_cached(&wasm, "Python");
 }
 
 #[test]
@@ -486,5 +335,70 @@ fn the_python_sdk_unit_tests_pass() {
     assert!(
         !stderr.contains("skipped"),
         "a Python SDK test was skipped:\n{stderr}"
+    );
+}
+
+/// The README's "Writing a plugin in Python" walkthrough, as written:
+/// `plugin new --lang python` → the project's own unit tests under
+/// CPython → `plugin build` (componentize-py + plugin.toml's metadata) →
+/// `plugin test` → `inspect` → `publish` → `validate` (writes the lock)
+/// → a `--locked` run whose rows are checked; then a config its schema
+/// refuses is named at its line and key.
+#[test]
+fn the_readme_python_walkthrough_runs_from_plugin_new_to_a_locked_run() {
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    let tool = componentize_py();
+    shell.set_env("FVHOST_COMPONENTIZE_PY", tool.to_str().expect("utf-8"));
+    let walkthrough = crate::walkthrough::run_guest_walkthrough(
+        &s,
+        &mut shell,
+        "### Writing a plugin in Python",
+        "above-min-py",
+        "python3 -m unittest",
+        |run| run.stderr.contains("OK"),
+    );
+
+    // The schema plugin.toml packaged is enforced before any Python runs.
+    let bad = walkthrough.topology.replace("min = 94", "min = \"high\"");
+    std::fs::write(shell.file("topology.toml"), &bad).expect("write");
+    let line = bad
+        .lines()
+        .position(|l| l.contains("min = \"high\""))
+        .expect("the line")
+        + 1;
+    let registry = s.path().join("registry").display().to_string();
+    let cache = s.path().join("plugin-cache").display().to_string();
+    let refused = s.fvhost_at(
+        &shell.cwd,
+        &["validate", "topology.toml"],
+        &[
+            ("FVHOST_REGISTRY", registry.as_str()),
+            ("FVHOST_PLUGIN_CACHE", cache.as_str()),
+        ],
+    );
+    assert_exit(&refused, 2);
+    assert!(
+        refused.stderr.contains(&format!("topology.toml:{line}:"))
+            && refused.stderr.contains("`stages.big.config.min`")
+            && refused.stderr.contains("not of type \"integer\""),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// Every kind `plugin new --lang python` makes passes its own unit tests,
+/// builds into a component of its kind, and its `topology.toml` runs.
+#[test]
+fn python_scaffolds_of_every_kind_test_build_and_run() {
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    let tool = componentize_py();
+    shell.set_env("FVHOST_COMPONENTIZE_PY", tool.to_str().expect("utf-8"));
+    crate::walkthrough::scaffolds_of_every_kind_run(
+        &s,
+        &mut shell,
+        "python",
+        &["python3 -m unittest"],
     );
 }

@@ -1,6 +1,8 @@
-//! [`build_crate`]: `fvhost plugin build` — compile a Rust plugin crate
-//! (one `fvhost plugin new` made, or any crate depending on the SDK) into
-//! its Wasm component and say where it is.
+//! [`build_plugin`]: `fvhost plugin build` — turn a plugin's sources into
+//! its Wasm component and say where it is: a Rust crate (one `fvhost plugin
+//! new` made, or any crate depending on the SDK) by [`build_crate`], a
+//! Python or JavaScript project (a `plugin.toml`) by
+//! [`super::project::PluginProject::build`].
 //!
 //! It runs the author's own `cargo` for `wasm32-wasip2` in release mode
 //! and reads the component's path from cargo's JSON messages, so it knows
@@ -20,6 +22,27 @@ pub enum BuildError {
     /// No `Cargo.toml` where the crate should be.
     #[error("{0}: no Cargo.toml here (give the plugin crate's directory)")]
     NotACrate(PathBuf),
+    /// Neither a Rust crate nor a Python/JavaScript project.
+    #[error(
+        "{0}: no Cargo.toml (a Rust plugin) or plugin.toml (Python, JavaScript) here; give the plugin's directory, or make one with `fvhost plugin new`"
+    )]
+    NotAPlugin(PathBuf),
+    /// The project file is wrong, or a file it names cannot be used.
+    #[error("{}: {reason}", file.display())]
+    Project {
+        /// The file at fault.
+        file: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A language toolchain is missing or did not do its part.
+    #[error("{tool}: {reason}")]
+    Toolchain {
+        /// The program.
+        tool: String,
+        /// What went wrong and how to get it.
+        reason: String,
+    },
     /// The Rust toolchain lacks the Wasm target.
     #[error(
         "the Rust target {PLUGIN_TARGET} is not installed: run `rustup target add {PLUGIN_TARGET}`"
@@ -28,14 +51,26 @@ pub enum BuildError {
     /// `cargo` could not be started.
     #[error("running cargo: {0}")]
     Cargo(std::io::Error),
-    /// The build failed (cargo printed why).
-    #[error("cargo build failed for {0} (its errors are above)")]
+    /// The build failed (the toolchain printed why).
+    #[error("the build failed for {0} (its errors are above)")]
     Failed(PathBuf),
     /// The build made no Wasm library (a binary crate, no `cdylib`).
     #[error(
         "{0}: the build made no .wasm library; a plugin crate needs `[lib] crate-type = [\"cdylib\"]`"
     )]
     NoComponent(PathBuf),
+}
+
+/// Build the plugin in `dir` — a Rust crate or a `plugin.toml` project —
+/// and return the path of its component.
+pub fn build_plugin(dir: &Path) -> Result<PathBuf, BuildError> {
+    if dir.join("Cargo.toml").is_file() {
+        build_crate(dir)
+    } else if super::project::PluginProject::is_project(dir) {
+        super::project::PluginProject::load(dir)?.build()
+    } else {
+        Err(BuildError::NotAPlugin(dir.to_path_buf()))
+    }
 }
 
 /// Build the plugin crate in `dir` for [`PLUGIN_TARGET`], release profile,
@@ -156,6 +191,10 @@ mod tests {
         assert!(matches!(
             build_crate(&dir.path().join("missing")),
             Err(BuildError::NotACrate(_))
+        ));
+        assert!(matches!(
+            build_plugin(&dir.path().join("missing")),
+            Err(BuildError::NotAPlugin(_))
         ));
     }
 }

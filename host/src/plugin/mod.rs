@@ -23,6 +23,7 @@ mod instance;
 pub mod kafka;
 pub(crate) mod metadata;
 pub mod package;
+pub mod project;
 mod sandbox;
 pub mod trial;
 pub mod usage;

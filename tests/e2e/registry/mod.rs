@@ -280,32 +280,13 @@ fn the_lock_moves_only_on_update_and_a_breaking_upgrade_is_refused_at_restart() 
     );
 }
 
-/// The README's "Writing and publishing a plugin" section: its first
-/// `sh` block (the commands) and first `toml` block (the topology).
-fn readme_walkthrough() -> (Vec<String>, String) {
-    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).expect("README");
-    let start = readme
-        .find("### Writing and publishing a plugin")
-        .expect("the README's walkthrough section");
-    let section = &readme[start..];
-    let block = |lang: &str| {
-        let open = format!("```{lang}\n");
-        let from = section.find(&open).expect("a code block") + open.len();
-        let len = section[from..].find("```").expect("closed block");
-        section[from..from + len].to_string()
-    };
-    let commands = block("sh")
-        .lines()
-        .map(|l| l.split_once(" #").map_or(l, |(c, _)| c).trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    (commands, block("toml"))
-}
-
 #[test]
 fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
     let s = Scratch::new();
-    let (commands, topology_text) = readme_walkthrough();
+    let crate::walkthrough::Walkthrough {
+        commands,
+        topology: topology_text,
+    } = crate::walkthrough::readme_section("### Writing and publishing a plugin");
     assert!(commands.len() >= 8, "{commands:?}");
     // The plugins' target directory: the scaffold's dependencies are
     // already compiled there (same Cargo.lock as this workspace).
@@ -315,7 +296,7 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
         .join("plugins");
     let mut cwd = s.path().to_path_buf();
     for line in &commands {
-        let words = shell_words(line);
+        let words = crate::walkthrough::shell_words(line);
         let args: Vec<&str> = words.iter().map(String::as_str).collect();
         match args[0] {
             "cd" => {
@@ -439,29 +420,6 @@ fn the_readme_walkthrough_runs_from_plugin_new_to_a_locked_run() {
         "{}",
         run.stderr
     );
-}
-
-/// A line of the walkthrough split as a shell would: on spaces, except
-/// inside single quotes (which are removed).
-fn shell_words(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut quoted = false;
-    for c in line.chars() {
-        match c {
-            '\'' => quoted = !quoted,
-            c if c.is_whitespace() && !quoted => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            c => word.push(c),
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
 }
 
 /// Run fvhost in `dir` with the scratch's registry and cache.

@@ -1,67 +1,32 @@
-//! `fvhost plugin new`: a plugin crate that builds with
-//! `cargo build --release --target wasm32-wasip2` and publishes as is —
-//! the SDK dependency, a working example of the chosen kind, and a test.
-//!
-//! This module only writes files; it never overwrites an existing
-//! directory.
+//! The Rust scaffold: a crate that builds with `cargo build --release
+//! --target wasm32-wasip2` and publishes as is — the SDK dependency, a
+//! working example of the chosen kind, its unit tests and a Wasm SIMD
+//! `.cargo/config.toml`.
 
 use std::path::{Path, PathBuf};
 
-use super::{PackageName, RegistryError, io};
-
-/// What to scaffold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScaffoldKind {
-    /// A source (here: counts up to `count`).
-    Source,
-    /// A sink (here: counts rows per epoch, logs them on commit).
-    Sink,
-    /// A step (here: keeps rows whose `column` is above `min`).
-    Step,
-}
+use super::{Example, ScaffoldKind, config_example, config_schema, try_topology};
+use crate::registry::PackageName;
 
 /// The crate's `.cargo/config.toml`: Wasm SIMD, as the first-party plugins
 /// are built (memchr and Arrow's kernels vectorise with it; wasmtime runs
 /// it as native SIMD).
 const CARGO_CONFIG: &str = "# Wasm SIMD: memchr and Arrow's kernels vectorise with it, and fvhost's\n# wasmtime compiles it to native SIMD.\n[target.wasm32-wasip2]\nrustflags = [\"-C\", \"target-feature=+simd128\"]\n";
 
-/// Write a new plugin crate for `package` (`acme:geo-fence`) into `dir`,
-/// depending on the SDK at `sdk`.
-pub fn new_plugin(
+/// The files of a Rust plugin crate for `package` in `dir`, depending on
+/// the SDK at `sdk`.
+pub(super) fn files(
     dir: &Path,
     package: &PackageName,
     kind: ScaffoldKind,
     sdk: &Path,
-) -> Result<Vec<PathBuf>, RegistryError> {
-    if dir.exists() {
-        return Err(RegistryError::Io {
-            path: dir.display().to_string(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "already exists; choose a new directory",
-            ),
-        });
-    }
+) -> Vec<(PathBuf, String)> {
     let crate_name = package.name.clone();
-    let (kind_word, description, body, schema) = match kind {
-        ScaffoldKind::Source => (
-            "source",
-            "A source that counts from 0 to `count`",
-            SOURCE,
-            SOURCE_SCHEMA,
-        ),
-        ScaffoldKind::Sink => (
-            "sink",
-            "A sink that counts rows per epoch",
-            SINK,
-            SINK_SCHEMA,
-        ),
-        ScaffoldKind::Step => (
-            "step",
-            "A step that keeps rows whose column is above `min`",
-            STEP,
-            STEP_SCHEMA,
-        ),
+    let example = Example::of(kind);
+    let body = match kind {
+        ScaffoldKind::Source => SOURCE,
+        ScaffoldKind::Sink => SINK,
+        ScaffoldKind::Step => STEP,
     };
     let cargo = format!(
         r#"[package]
@@ -81,83 +46,37 @@ serde = {{ version = "1", features = ["derive"] }}
 # A crate of its own, not a member of an enclosing workspace.
 [workspace]
 "#,
+        description = example.description,
         sdk = sdk.display().to_string().replace('\\', "/")
     );
     let lib = body.replace("__PACKAGE__", &package.to_string());
     let file = crate_name.replace('-', "_");
-    let topology = match kind {
-        ScaffoldKind::Source => format!(
-            "{TOPOLOGY_HEAD}[sources.{crate_name}]\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{ count = 10 }}\n\n[sinks.print]\ninput = \"{crate_name}\"\nplugin = \"stdout-sink\"\n"
-        ),
-        ScaffoldKind::Step => format!(
-            "{TOPOLOGY_HEAD}[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[stages.{crate_name}]\ninput = \"bids\"\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{ column = \"price\", min = 10000000 }}\n\n[sinks.print]\ninput = \"{crate_name}\"\nplugin = \"stdout-sink\"\nconfig = {{ limit = 20 }}\n"
-        ),
-        ScaffoldKind::Sink => format!(
-            "{TOPOLOGY_HEAD}[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[sinks.{crate_name}]\ninput = \"bids\"\npath = \"target/wasm32-wasip2/release/{file}.wasm\"\nconfig = {{}}\n"
-        ),
-    };
+    let wasm = format!("target/wasm32-wasip2/release/{file}.wasm");
     let readme = format!(
-        "# {package}\n\n{description} — an fvhost {kind_word} plugin.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints target/wasm32-wasip2/release/{file}.wasm\nfvhost plugin test . --config '{example}'   # on sample rows, no topology\nfvhost run topology.toml        # generator → this plugin → stdout\nfvhost plugin publish target/wasm32-wasip2/release/{file}.wasm\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
-        example = match kind {
-            ScaffoldKind::Source => r#"{"count": 10}"#,
-            ScaffoldKind::Step => r#"{"column": "price", "min": 10000000}"#,
-            ScaffoldKind::Sink => "{}",
-        }
+        "# {package}\n\n{description} — an fvhost {kind} plugin in Rust.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints {wasm}\nfvhost plugin test . --config '{config}'   # on sample rows, no topology\nfvhost run topology.toml        # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
+        description = example.description,
+        kind = kind.as_str(),
+        config = config_example(kind),
+        flow = example.flow,
     );
-    let files = [
+    vec![
         (dir.join("Cargo.toml"), cargo),
         (
             dir.join(".cargo").join("config.toml"),
             CARGO_CONFIG.to_string(),
         ),
         (dir.join("src").join("lib.rs"), lib),
-        (dir.join("config.schema.json"), schema.to_string()),
-        (dir.join("topology.toml"), topology),
+        (
+            dir.join("config.schema.json"),
+            config_schema(kind).to_string(),
+        ),
+        (
+            dir.join("topology.toml"),
+            try_topology(kind, &crate_name, &wasm),
+        ),
         (dir.join("README.md"), readme),
-    ];
-    let mut written = Vec::new();
-    for (path, text) in files {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        }
-        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
-        written.push(path);
-    }
-    Ok(written)
+    ]
 }
-
-/// The top of every scaffold's `topology.toml`.
-const TOPOLOGY_HEAD: &str = "# Runs the plugin as `fvhost plugin build` left it: `fvhost run topology.toml`.\nname = \"try-it\"\n\n";
-
-const STEP_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "type": "object",
-  "properties": {
-    "column": { "type": "string", "description": "The int64 column to look at" },
-    "min": { "type": "integer", "description": "Keep rows whose value is above this" }
-  },
-  "required": ["column", "min"],
-  "additionalProperties": false
-}
-"#;
-
-const SOURCE_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "type": "object",
-  "properties": {
-    "count": { "type": "integer", "minimum": 0, "description": "How many rows to produce" }
-  },
-  "required": ["count"],
-  "additionalProperties": false
-}
-"#;
-
-const SINK_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "type": "object",
-  "additionalProperties": false
-}
-"#;
 
 const STEP: &str = r#"//! __PACKAGE__: keeps the rows whose int64 `column` is above `min`.
 

@@ -1,0 +1,106 @@
+// Component glue for the `fv:plugin/source` export: the WIT resource
+// `source` wraps the class given to `exportSource`. Bundled only into
+// components.
+
+import { log } from 'fv:plugin/log@0.4.0';
+
+import * as adapt from '../adapt.js';
+import { describe, writeBatch } from '../ipc.js';
+import { error as logError, setLogSink } from '../log.js';
+import { describeError, FINISHED, Filter, IDLE, PollBatch, Scan, SplitPosition, TaskContext } from '../plugin.js';
+
+setLogSink(log);
+
+const OPS = { eq: '=', 'not-eq': '<>', lt: '<', 'lt-eq': '<=', gt: '>', 'gt-eq': '>=' };
+
+/** `result<T, string>`: the value of `f()`, or the error described. */
+function call(f) {
+  try {
+    return { tag: 'ok', val: f() };
+  } catch (e) {
+    return { tag: 'err', val: describeError(e) };
+  }
+}
+
+const positionsIn = (positions) => positions.map((p) => new SplitPosition(p.split, p.position));
+
+class Source {
+  constructor(inner) {
+    this.inner = inner;
+  }
+
+  static open(config, task) {
+    const ctx = new TaskContext(task.topology, task.stage, task.taskIndex, task.parallelism);
+    try {
+      return new Source(adapt.openInstance('source', config, null, ctx));
+    } catch (e) {
+      return { tag: 'err', val: adapt.configErrorOf(e) };
+    }
+  }
+
+  schema() {
+    try {
+      return adapt.schemaBytes(this.inner.schema(), 'schema');
+    } catch (e) {
+      // The host refuses an empty schema, naming the stage; the log says why.
+      logError(`schema failed: ${describeError(e)}`);
+      return new Uint8Array(0);
+    }
+  }
+
+  pushDown(request) {
+    return call(() => {
+      const filters = request.filters.map((f) => new Filter(f.column, OPS[f.op], f.value.val));
+      this.inner.pushDown(new Scan(request.columns ?? null, filters));
+      return adapt.schemaBytes(this.inner.schema(), 'schema');
+    });
+  }
+
+  splits() {
+    try {
+      return this.inner.splits().map(String);
+    } catch (e) {
+      logError(`splits failed: ${describeError(e)}`);
+      return [];
+    }
+  }
+
+  restore(positions) {
+    return call(() => {
+      this.inner.restore(positionsIn(positions));
+    });
+  }
+
+  committed(epoch, positions) {
+    return call(() => {
+      this.inner.committed(epoch, positionsIn(positions));
+    });
+  }
+
+  poll(maxRows) {
+    return call(() => {
+      const result = this.inner.poll(maxRows);
+      if (result === IDLE) return { tag: 'idle' };
+      if (result === FINISHED) return { tag: 'finished' };
+      if (!(result instanceof PollBatch)) {
+        throw new TypeError(`poll returned ${describe(result)}; return PollBatch, IDLE or FINISHED`);
+      }
+      return {
+        tag: 'batch',
+        val: {
+          batch: writeBatch(result.batch),
+          positions: result.positions.map((p) => ({ split: String(p.split), position: adapt.bytesOf(p.position, 'poll (a position)') })),
+          rejected: result.rejected.map((r) => ({
+            split: String(r.split),
+            location: String(r.location),
+            reason: String(r.reason),
+            content: String(r.record),
+          })),
+          finished: this.inner.finishedSplits().map(String),
+        },
+      };
+    });
+  }
+}
+
+export const source = { Source };

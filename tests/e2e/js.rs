@@ -1,0 +1,257 @@
+//! Plugins written in JavaScript (`plugins/sdk-js`), built into components
+//! with esbuild + componentize-js: the SDK's own Node tests; the README's
+//! walkthrough from `plugin new --lang js` to a locked run; the example
+//! step packaged, published, resolved and run with its rows checked; a
+//! row-at-a-time step that throws on some rows has exactly those rows
+//! dead-lettered; a JS source and a JS sink run; the compile cache makes
+//! the second start fast (both times printed).
+//!
+//! The SDK's npm packages come from `tests/run` (`npm ci` in
+//! `plugins/sdk-js`, pinned by its package-lock.json). Each component is
+//! built once per source content (a hash of the SDK and the plugin file)
+//! under `CARGO_TARGET_TMPDIR`, so later runs skip the ~20 s build.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::guest_sdk::{
+    BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
+    assert_the_second_start_is_cached, fvhost, hash_tree, write_raw_bids,
+};
+use crate::support::{Scratch, assert_exit, repo};
+
+fn sdk_dir() -> PathBuf {
+    repo().join("plugins/sdk-js")
+}
+
+/// Panics, saying how to get them, if the SDK's npm packages are missing.
+fn require_node_modules() {
+    let probe = sdk_dir().join("node_modules/@bytecodealliance/componentize-js/package.json");
+    assert!(
+        probe.is_file(),
+        "{} is missing: run the tests with tests/run, which runs `npm ci` in plugins/sdk-js",
+        probe.display()
+    );
+}
+
+/// Serializes builds: two tests wanting the same component build it once.
+static BUILDS: Mutex<()> = Mutex::new(());
+
+/// Build `file` (a path under `plugins/sdk-js`) as a `kind` component, once
+/// per content of the SDK and the file.
+fn build(file: &str, kind: &str) -> PathBuf {
+    let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    require_node_modules();
+    let sdk = sdk_dir();
+    let mut h = DefaultHasher::new();
+    for part in ["src", "wit", "build.mjs", "package-lock.json"] {
+        let path = sdk.join(part);
+        if path.is_dir() {
+            hash_tree(&path, &mut h, &["node_modules"]);
+        } else {
+            std::fs::read(&path).expect("sdk file").hash(&mut h);
+        }
+    }
+    std::fs::read(sdk.join(file))
+        .expect("plugin file")
+        .hash(&mut h);
+    kind.hash(&mut h);
+    let stem = Path::new(file)
+        .file_stem()
+        .expect("a file")
+        .to_string_lossy();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-plugins");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let out = dir.join(format!("{stem}-{:016x}.wasm", h.finish()));
+    if out.exists() {
+        return out;
+    }
+    let partial = out.with_extension("partial.wasm");
+    let started = Instant::now();
+    let result = Command::new("node")
+        .arg(sdk.join("build.mjs"))
+        .arg(sdk.join(file))
+        .args(["--kind", kind, "-o"])
+        .arg(&partial)
+        .output()
+        .expect("run node build.mjs");
+    assert!(
+        result.status.success(),
+        "building {file}:\n{}\n{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&partial, &out).expect("rename");
+    eprintln!(
+        "built {file} with componentize-js in {:.1} s: {} bytes",
+        started.elapsed().as_secs_f64(),
+        std::fs::metadata(&out).expect("size").len()
+    );
+    out
+}
+
+#[test]
+fn the_js_sdk_unit_tests_pass() {
+    require_node_modules();
+    let run = Command::new("node")
+        .args(["--test", "test/"])
+        .current_dir(sdk_dir())
+        .output()
+        .expect("run node --test");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "node --test failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("# fail 0") && stdout.contains("# skipped 0"),
+        "{stdout}"
+    );
+}
+
+/// `plugins/sdk-js/wit` is a copy of the contract: it must not drift.
+#[test]
+fn the_js_sdk_carries_the_repository_s_wit() {
+    for rel in ["plugin.wit", "deps/host/kafka.wit"] {
+        let ours = std::fs::read_to_string(repo().join("wit").join(rel)).expect("wit");
+        let theirs = std::fs::read_to_string(sdk_dir().join("wit").join(rel)).expect("sdk wit");
+        assert!(
+            ours == theirs,
+            "plugins/sdk-js/wit/{rel} differs from wit/{rel}: copy it over"
+        );
+    }
+}
+
+/// The README's "Writing a plugin in JavaScript" walkthrough, as written:
+/// `plugin new --lang js` → `npm install` → `npm test` → `plugin build` →
+/// `plugin test` → `inspect` → `publish` → `validate` → a `--locked` run
+/// whose rows are checked.
+#[test]
+fn the_readme_js_walkthrough_runs_from_plugin_new_to_a_locked_run() {
+    require_node_modules();
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    crate::walkthrough::run_guest_walkthrough(
+        &s,
+        &mut shell,
+        "### Writing a plugin in JavaScript",
+        "above-min-js",
+        "npm test",
+        |run| run.stdout.contains("# fail 0"),
+    );
+}
+
+/// Every kind `plugin new --lang js` makes passes its own `npm test`,
+/// builds into a component of its kind, and its `topology.toml` runs.
+#[test]
+fn js_scaffolds_of_every_kind_test_build_and_run() {
+    require_node_modules();
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    crate::walkthrough::scaffolds_of_every_kind_run(
+        &s,
+        &mut shell,
+        "js",
+        &["npm install", "npm test"],
+    );
+}
+
+#[test]
+fn a_js_step_is_packaged_published_resolved_and_runs() {
+    let s = Scratch::new();
+    let built = build("examples/price_filter.js", "step");
+    let wasm = s.path().join("price_filter.wasm");
+    std::fs::copy(&built, &wasm).expect("copy");
+    let wasm_arg = wasm.to_str().expect("utf-8");
+    let schema = sdk_dir().join("examples/price_filter.schema.json");
+    let packaged = fvhost(
+        &s,
+        &[
+            "plugin",
+            "package",
+            wasm_arg,
+            "--package",
+            "acme:price-filter-js",
+            "--version",
+            "0.1.0",
+            "--kind",
+            "step",
+            "--capabilities",
+            "",
+            "--config-schema",
+            schema.to_str().expect("utf-8"),
+        ],
+    );
+    assert_exit(&packaged, 0);
+    assert_exit(&fvhost(&s, &["plugin", "publish", wasm_arg]), 0);
+    write_raw_bids(&s);
+    let topology = |config: &str| {
+        format!(
+            "name = \"js\"\n{BIDS}\n[stages.expensive]\ninput = \"bids\"\nplugin = \"acme:price-filter-js@^0.1\"\nconfig = {config}\n\n[sinks.out]\ninput = \"expensive\"\nplugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = {{ path = \"out\" }}\n"
+        )
+    };
+    // Checked against the packaged schema before any JavaScript runs.
+    s.write("bad.toml", &topology("{ min_price = \"high\" }"));
+    let bad = fvhost(&s, &["validate", "bad.toml"]);
+    assert_exit(&bad, 2);
+    assert!(
+        bad.stderr.contains("bad.toml:")
+            && bad.stderr.contains("stages.expensive.config.min_price")
+            && bad.stderr.contains("acme:price-filter-js@0.1.0"),
+        "{}",
+        bad.stderr
+    );
+    s.write("t.toml", &topology("{ min_price = 5000000, rate = 0.5 }"));
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    assert_price_filter_output(&s);
+}
+
+#[test]
+fn a_js_step_that_throws_on_some_rows_has_exactly_those_dead_lettered() {
+    let wasm = build("tests/plugins/poison_rows.js", "step");
+    assert_exactly_the_poison_rows_are_dead_lettered(&wasm, |seq| {
+        format!("Error: seq {seq} is poison (at poison_rows.js:")
+    });
+}
+
+/// A JS source feeding a JS sink: the source's rows all arrive, and the
+/// sink logs each committed epoch's count.
+#[test]
+fn a_js_source_feeds_a_js_sink() {
+    let s = Scratch::new();
+    let source = build("tests/plugins/counter.js", "source");
+    let sink = build("tests/plugins/row_counter.js", "sink");
+    s.write(
+        "t.toml",
+        &format!(
+            r#"name = "js-ends"
+[sources.count]
+path = "{}"
+config = {{ count = 1000, batch = 64, reject_every = 100 }}
+[sinks.counted]
+input = "count"
+path = "{}"
+config = {{}}
+"#,
+            source.display(),
+            sink.display()
+        ),
+    );
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let counted = crate::walkthrough::logged_epoch_rows(&run.stderr);
+    // Every 100th number is rejected by the source (dead-lettered), the rest arrive.
+    assert_eq!(counted, 990, "{}", run.stderr);
+}
+
+#[test]
+fn the_compile_cache_makes_the_second_start_of_a_js_plugin_fast() {
+    let wasm = build("examples/price_filter.js", "step");
+    assert_the_second_start_is_cached(&wasm, "JavaScript");
+}
