@@ -20,10 +20,14 @@ fn the_kafka_example_aggregates_every_bid_of_the_topic_into_bid_stats() {
         let text = std::fs::read_to_string(&path).expect("example");
         let text = text
             .replace("127.0.0.1:9092", &broker.addr())
-            // Bounded for the test: finish at the end of the topic.
+            // Bounded for the test: finish at the end of the topic. The
+            // idle stop (3 s by default, for offsets that transaction
+            // markers take) is lengthened: under a full parallel test run
+            // the broker's first fetch can take longer than that, and the
+            // source finished with no rows (seen once in CI).
             .replace(
                 "metadata_columns = [] }",
-                "metadata_columns = [], stop_at_end = true }",
+                "metadata_columns = [], stop_at_end = true, stop_idle_ms = 20000 }",
             )
             // A partition the broker starves for a while on a loaded test
             // machine must not idle out and let the watermark pass its
