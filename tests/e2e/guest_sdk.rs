@@ -5,8 +5,10 @@
 //! expectations for every guest language.
 
 use std::collections::hash_map::DefaultHasher;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::support::{Run, Scratch, assert_exit, int_column};
@@ -29,6 +31,53 @@ pub fn hash_tree(dir: &Path, h: &mut DefaultHasher, skip: &[&str]) {
             std::fs::read(&path).expect("read").hash(h);
         }
     }
+}
+
+/// Serializes component builds: two tests wanting the same component build
+/// it once.
+static BUILDS: Mutex<()> = Mutex::new(());
+
+/// The component of `source` (`plugins/<sdk>/…`) built once per content:
+/// `hash` (the SDK's sources, the file, the kind, the toolchain) names it
+/// under `CARGO_TARGET_TMPDIR/<cache>`; when absent, `command(partial)`
+/// writes it to `partial`, then it is renamed into place, so a failed
+/// build leaves nothing behind. The build time and size are printed.
+pub fn build_once(
+    cache: &str,
+    source: &str,
+    hash: &DefaultHasher,
+    toolchain: &str,
+    command: impl FnOnce(&Path) -> Command,
+) -> PathBuf {
+    let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let stem = Path::new(source)
+        .file_stem()
+        .expect("a source file")
+        .to_string_lossy();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(cache);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let out = dir.join(format!("{stem}-{:016x}.wasm", hash.finish()));
+    if out.exists() {
+        return out;
+    }
+    let partial = out.with_extension("partial.wasm");
+    let started = Instant::now();
+    let result = command(&partial)
+        .output()
+        .unwrap_or_else(|e| panic!("building {source}: cannot start {toolchain}: {e}"));
+    assert!(
+        result.status.success(),
+        "building {source}:\n{}\n{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&partial, &out).expect("rename");
+    eprintln!(
+        "built {source} with {toolchain} in {:.1} s: {} bytes",
+        started.elapsed().as_secs_f64(),
+        std::fs::metadata(&out).expect("size").len()
+    );
+    out
 }
 
 /// `fvhost` with the registry and the plugin cache inside the scratch.

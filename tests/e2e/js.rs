@@ -12,15 +12,13 @@
 //! under `CARGO_TARGET_TMPDIR`, so later runs skip the ~20 s build.
 
 use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::hash::Hash;
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
-use std::time::Instant;
 
 use crate::guest_sdk::{
     BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
-    assert_the_second_start_is_cached, fvhost, hash_tree, write_raw_bids,
+    assert_the_second_start_is_cached, build_once, fvhost, hash_tree, write_raw_bids,
 };
 use crate::support::{Scratch, assert_exit, repo};
 
@@ -38,13 +36,9 @@ fn require_node_modules() {
     );
 }
 
-/// Serializes builds: two tests wanting the same component build it once.
-static BUILDS: Mutex<()> = Mutex::new(());
-
 /// Build `file` (a path under `plugins/sdk-js`) as a `kind` component, once
 /// per content of the SDK and the file.
 fn build(file: &str, kind: &str) -> PathBuf {
-    let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
     require_node_modules();
     let sdk = sdk_dir();
     let mut h = DefaultHasher::new();
@@ -60,38 +54,15 @@ fn build(file: &str, kind: &str) -> PathBuf {
         .expect("plugin file")
         .hash(&mut h);
     kind.hash(&mut h);
-    let stem = Path::new(file)
-        .file_stem()
-        .expect("a file")
-        .to_string_lossy();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-plugins");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let out = dir.join(format!("{stem}-{:016x}.wasm", h.finish()));
-    if out.exists() {
-        return out;
-    }
-    let partial = out.with_extension("partial.wasm");
-    let started = Instant::now();
-    let result = Command::new("node")
-        .arg(sdk.join("build.mjs"))
-        .arg(sdk.join(file))
-        .args(["--kind", kind, "-o"])
-        .arg(&partial)
-        .output()
-        .expect("run node build.mjs");
-    assert!(
-        result.status.success(),
-        "building {file}:\n{}\n{}",
-        String::from_utf8_lossy(&result.stdout),
-        String::from_utf8_lossy(&result.stderr)
-    );
-    std::fs::rename(&partial, &out).expect("rename");
-    eprintln!(
-        "built {file} with componentize-js in {:.1} s: {} bytes",
-        started.elapsed().as_secs_f64(),
-        std::fs::metadata(&out).expect("size").len()
-    );
-    out
+    build_once("js-plugins", file, &h, "componentize-js", |out| {
+        let mut command = Command::new("node");
+        command
+            .arg(sdk.join("build.mjs"))
+            .arg(sdk.join(file))
+            .args(["--kind", kind, "-o"])
+            .arg(out);
+        command
+    })
 }
 
 #[test]

@@ -12,15 +12,13 @@
 //! `CARGO_TARGET_TMPDIR`, so later runs skip the ~12 s build.
 
 use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
-use std::time::Instant;
 
 use crate::guest_sdk::{
     BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
-    assert_the_second_start_is_cached, fvhost, hash_tree, json, write_raw_bids,
+    assert_the_second_start_is_cached, build_once, fvhost, hash_tree, json, write_raw_bids,
 };
 use crate::support::{Scratch, assert_exit, int_column, repo};
 
@@ -51,13 +49,9 @@ fn componentize_py() -> PathBuf {
     PathBuf::from("componentize-py")
 }
 
-/// Serializes builds: two tests wanting the same component build it once.
-static BUILDS: Mutex<()> = Mutex::new(());
-
 /// Build `module` (a path under `plugins/sdk-python`) as a `kind` component,
 /// once per content of the SDK and the module.
 fn build(module: &str, kind: &str) -> PathBuf {
-    let _guard = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
     let sdk = sdk_dir();
     let mut h = DefaultHasher::new();
     hash_tree(&sdk.join("fv_plugin"), &mut h, &["__pycache__"]);
@@ -66,55 +60,33 @@ fn build(module: &str, kind: &str) -> PathBuf {
         .hash(&mut h);
     kind.hash(&mut h);
     COMPONENTIZE_PY_VERSION.hash(&mut h);
-    let stem = Path::new(module)
-        .file_stem()
-        .expect("a module file")
-        .to_string_lossy();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-plugins");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let out = dir.join(format!("{stem}-{:016x}.wasm", h.finish()));
-    if out.exists() {
-        return out;
-    }
-    let tool = componentize_py();
-    let version = Command::new(&tool).arg("--version").output();
-    match version {
-        Ok(v) if String::from_utf8_lossy(&v.stdout).contains(COMPONENTIZE_PY_VERSION) => {}
-        Ok(v) => panic!(
-            "{} is not componentize-py {COMPONENTIZE_PY_VERSION} (it says {:?}); run the tests with tests/run, which installs it",
-            tool.display(),
-            String::from_utf8_lossy(&v.stdout).trim()
-        ),
-        Err(e) => panic!(
-            "componentize-py ({}) cannot run: {e}; run the tests with tests/run, which installs componentize-py=={COMPONENTIZE_PY_VERSION}",
-            tool.display()
-        ),
-    }
-    let partial = out.with_extension("partial");
-    let started = Instant::now();
-    let result = Command::new("python3")
-        .args(["-m", "fv_plugin", "build"])
-        .arg(sdk.join(module))
-        .args(["--kind", kind, "-o"])
-        .arg(&partial)
-        .arg("--componentize-py")
-        .arg(&tool)
-        .env("PYTHONPATH", &sdk)
-        .output()
-        .expect("run python3 -m fv_plugin build");
-    assert!(
-        result.status.success(),
-        "building {module}:\n{}\n{}",
-        String::from_utf8_lossy(&result.stdout),
-        String::from_utf8_lossy(&result.stderr)
-    );
-    std::fs::rename(&partial, &out).expect("rename");
-    eprintln!(
-        "built {module} with componentize-py in {:.1} s: {} bytes",
-        started.elapsed().as_secs_f64(),
-        std::fs::metadata(&out).expect("size").len()
-    );
-    out
+    build_once("python-plugins", module, &h, "componentize-py", |out| {
+        // Checked only when building: a cached component needs no toolchain.
+        let tool = componentize_py();
+        let version = Command::new(&tool).arg("--version").output();
+        match version {
+            Ok(v) if String::from_utf8_lossy(&v.stdout).contains(COMPONENTIZE_PY_VERSION) => {}
+            Ok(v) => panic!(
+                "{} is not componentize-py {COMPONENTIZE_PY_VERSION} (it says {:?}); run the tests with tests/run, which installs it",
+                tool.display(),
+                String::from_utf8_lossy(&v.stdout).trim()
+            ),
+            Err(e) => panic!(
+                "componentize-py ({}) cannot run: {e}; run the tests with tests/run, which installs componentize-py=={COMPONENTIZE_PY_VERSION}",
+                tool.display()
+            ),
+        }
+        let mut command = Command::new("python3");
+        command
+            .args(["-m", "fv_plugin", "build"])
+            .arg(sdk.join(module))
+            .args(["--kind", kind, "-o"])
+            .arg(out)
+            .arg("--componentize-py")
+            .arg(&tool)
+            .env("PYTHONPATH", &sdk);
+        command
+    })
 }
 
 #[test]
