@@ -283,6 +283,53 @@ mod tests {
         assert!(p.component_path().ends_with("target/main.wasm"));
     }
 
+    /// A JavaScript project whose `npm install` has not run is refused
+    /// before any tool starts, saying what to run.
+    #[test]
+    fn a_js_project_without_its_node_modules_says_to_run_npm_install() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join(PROJECT_FILE),
+            "[plugin]\npackage = \"acme:x\"\nversion = \"0.1.0\"\nkind = \"step\"\nlanguage = \"js\"\nmain = \"x.js\"\n",
+        )
+        .expect("write");
+        std::fs::write(dir.path().join("x.js"), "").expect("write");
+        let e = PluginProject::load(dir.path())
+            .expect("loads")
+            .build()
+            .expect_err("no node_modules");
+        assert!(
+            matches!(e, BuildError::Toolchain { .. })
+                && e.to_string().contains("run `npm install`"),
+            "{e}"
+        );
+    }
+
+    /// A toolchain that fails (here: the Python SDK is not importable, as
+    /// in a project whose vendored `fv_plugin/` was deleted) is a failed
+    /// build naming the project, and leaves no component behind.
+    #[test]
+    fn a_failing_toolchain_is_a_failed_build_and_writes_no_component() {
+        if std::process::Command::new("python3")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            panic!("python3 is needed by this test (the Python plugin projects build with it)");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join(PROJECT_FILE),
+            "[plugin]\npackage = \"acme:x\"\nversion = \"0.1.0\"\nkind = \"step\"\nlanguage = \"python\"\nmain = \"x.py\"\n",
+        )
+        .expect("write");
+        std::fs::write(dir.path().join("x.py"), "").expect("write");
+        let project = PluginProject::load(dir.path()).expect("loads");
+        let e = project.build().expect_err("no fv_plugin to import");
+        assert!(matches!(e, BuildError::Failed(_)), "{e}");
+        assert!(!project.component_path().exists());
+    }
+
     /// Mistakes name the file and the key (or the missing main module).
     #[test]
     fn mistakes_name_the_file_and_the_key() {
