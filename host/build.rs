@@ -17,6 +17,7 @@ const PLUGINS: &[&str] = &[
     "stdout-sink",
     "blackhole-sink",
     "pii-redactor",
+    "velocity-check",
     "kafka-source",
     "kafka-sink",
     "test-step",

@@ -102,6 +102,7 @@ fn touch_topology(t: &Topology) {
             StageKind::Session(s) => s.describe(),
             StageKind::TopN(n) => n.describe(),
             StageKind::Join(j) => j.describe(),
+            StageKind::KeyedStep(k) => k.format(),
             StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => String::new(),
         };
     }

@@ -41,7 +41,7 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
     assert_exit(&run, 0);
     assert_eq!(field(&run.stdout, "name"), "test-step", "{}", run.stdout);
     assert_eq!(field(&run.stdout, "kind"), "step");
-    assert_eq!(field(&run.stdout, "world"), "fv:plugin/step-plugin@0.4.0");
+    assert_eq!(field(&run.stdout, "world"), "fv:plugin/step-plugin@0.4.1");
     assert_eq!(
         field(&run.stdout, "capabilities"),
         "files (allow_read / allow_write)"
@@ -53,7 +53,7 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
         .expect("config schema section");
     assert!(schema.contains("\"mode\""), "{}", run.stdout);
     assert!(
-        run.stdout.contains("fv:plugin/step@0.4.0"),
+        run.stdout.contains("fv:plugin/step@0.4.1"),
         "exports: {}",
         run.stdout
     );
@@ -75,7 +75,7 @@ fn plugin_inspect_by_name_shows_the_log_import_of_a_plugin_that_logs() {
         .split("imports:")
         .nth(1)
         .expect("imports section");
-    assert!(imports.contains("fv:plugin/log@0.4.0"), "{}", run.stdout);
+    assert!(imports.contains("fv:plugin/log@0.4.1"), "{}", run.stdout);
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod guest_output;
 mod guest_sdk;
 mod js;
 mod kafka;
+mod keyed_step;
 mod nexmark;
 mod nexmark_oracle;
 mod object_store;

@@ -161,7 +161,7 @@ fn a_python_step_is_packaged_published_resolved_and_runs() {
         "package:      acme:price-filter",
         "version:      0.1.0",
         "kind:         step",
-        "world:        fv:plugin/step-plugin@0.4.0",
+        "world:        fv:plugin/step-plugin@0.4.1",
         "capabilities: none",
         "min_price",
     ] {

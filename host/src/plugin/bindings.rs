@@ -38,6 +38,23 @@ pub mod sink {
 pub use step::fv::plugin::log;
 pub use step::fv::plugin::types;
 
+/// The keyed step world (since 0.4.1): the `keyed-state` import the host
+/// implements, and the `timers` export. Its `step` export is the step
+/// world's; the host calls `process` through [`step`] and only `on-timers`
+/// through this.
+pub mod keyed {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "keyed-step-plugin",
+        with: {
+            "fv:plugin/types": super::step::fv::plugin::types,
+            "fv:plugin/log": super::step::fv::plugin::log,
+        },
+    });
+}
+
+pub use keyed::fv::plugin::keyed_state;
+
 /// The `fv:host/kafka` capability; its resources are the host's clients.
 pub mod kafka {
     wasmtime::component::bindgen!({

@@ -46,6 +46,10 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),
+    (
+        "velocity-check",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/velocity_check.wasm")),
+    ),
 ];
 
 /// A compiled plugin, ready to instantiate.

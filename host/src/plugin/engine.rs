@@ -63,6 +63,8 @@ impl PluginEngine {
             .map_err(|e| load_error("(linker)", e))?;
         bindings::v0_3::log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| load_error("(linker)", e))?;
+        bindings::keyed_state::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| load_error("(linker)", e))?;
         // Always linked, so a Kafka plugin instantiates; without a grant
         // every call is refused (and `validate` reports the missing grant).
         bindings::kafka::fv::host::kafka::add_to_linker::<HostState, HasSelf<HostState>>(

@@ -24,6 +24,7 @@ use super::error::{FailureKind, PluginError};
 use super::guest_output::OutputBudget;
 use super::sandbox::{HostState, SandboxPolicy};
 use crate::ipc;
+use crate::state::{KeyHasher, KeyedState};
 
 /// Where an instance runs.
 #[derive(Debug, Clone)]
@@ -858,10 +859,20 @@ macro_rules! with_step {
     };
 }
 
+/// What makes a step instance keyed: how its rows' keys are made.
+struct KeyedRouting {
+    hasher: KeyHasher,
+}
+
 /// A step plugin instance for one task.
 pub struct StepInstance {
     sandbox: Sandbox,
     world: StepWorld,
+    /// The `timers` export of a keyed step plugin (re-loaded with every
+    /// new instance).
+    timers: Option<bindings::keyed::KeyedStepPlugin>,
+    /// Set when the stage is keyed ([`Self::make_keyed`]).
+    keyed: Option<KeyedRouting>,
     resource: ResourceAny,
     engine_linker_pre: StepPre,
     config: String,
@@ -894,10 +905,12 @@ impl StepInstance {
             bindings::step::StepPluginPre<HostState>,
             |linked| linked
         );
-        let (world, resource) = Self::start(&mut sandbox, &pre, config, &input)?;
+        let (world, timers, resource) = Self::start(&mut sandbox, &pre, config, &input)?;
         let mut step = StepInstance {
             sandbox,
             world,
+            timers,
+            keyed: None,
             resource,
             engine_linker_pre: pre,
             config: config.to_string(),
@@ -915,13 +928,33 @@ impl StepInstance {
         pre: &StepPre,
         config: &str,
         input: &Schema,
-    ) -> Result<(StepWorld, ResourceAny), OpenError> {
+    ) -> Result<
+        (
+            StepWorld,
+            Option<bindings::keyed::KeyedStepPlugin>,
+            ResourceAny,
+        ),
+        OpenError,
+    > {
         sandbox.arm();
+        let mut timers = None;
         let world = match pre {
-            StepPre::Current(pre) => StepWorld::Current(
-                pre.instantiate(&mut sandbox.store)
-                    .map_err(|e| sandbox.classify(e))?,
-            ),
+            StepPre::Current(pre) => {
+                let instance = pre
+                    .instance_pre()
+                    .instantiate(&mut sandbox.store)
+                    .map_err(|e| sandbox.classify(e))?;
+                if exports_timers(&sandbox.plugin, pre.engine()) {
+                    timers = Some(
+                        bindings::keyed::KeyedStepPlugin::new(&mut sandbox.store, &instance)
+                            .map_err(|e| sandbox.instantiate_error(e))?,
+                    );
+                }
+                StepWorld::Current(
+                    bindings::step::StepPlugin::new(&mut sandbox.store, &instance)
+                        .map_err(|e| sandbox.instantiate_error(e))?,
+                )
+            }
             StepPre::V0_3(pre) => StepWorld::V0_3(
                 pre.instantiate(&mut sandbox.store)
                     .map_err(|e| sandbox.classify(e))?,
@@ -935,7 +968,7 @@ impl StepInstance {
             .map_err(|e| sandbox.classify(e).in_call("open"))?
             .map_err(|e| OpenError::Config(rejection(e)))?);
         sandbox.within_budget("open")?;
-        Ok((world, resource))
+        Ok((world, timers, resource))
     }
 
     /// Ask the plugin which columns it reads and what it returns.
@@ -1019,8 +1052,11 @@ impl StepInstance {
         let engine = self.sandbox.store.engine().clone();
         let mut store = Store::new(&engine, engine_state);
         store.limiter(|s| &mut s.memory);
+        // The host's keyed state outlives the instance (the failed call's
+        // changes were rolled back).
+        store.data_mut().keyed.state = self.sandbox.store.data_mut().keyed.state.take();
         self.sandbox.store = store;
-        let (world, resource) = match Self::start(
+        let (world, timers, resource) = match Self::start(
             &mut self.sandbox,
             &self.engine_linker_pre,
             &self.config,
@@ -1035,13 +1071,152 @@ impl StepInstance {
             }
         };
         self.world = world;
+        self.timers = timers;
         self.resource = resource;
         self.restarts += 1;
         Ok(())
     }
 
-    /// Call `process` once on `batch` (all input columns).
+    /// Call `process` once on `batch` (all input columns). For a keyed
+    /// step, the state changes of a call that fails or names bad rows are
+    /// undone (the rows are processed again without the bad ones).
     pub fn call(&mut self, batch: &RecordBatch) -> Result<StepReply, PluginError> {
+        if self.keyed.is_none() {
+            return self.call_process(batch);
+        }
+        self.lend_row_keys(batch)?;
+        let result = self.call_process(batch);
+        let data = self.sandbox.store.data_mut();
+        data.keyed.keys.clear();
+        data.keyed.ends.clear();
+        self.end_keyed_call(matches!(result, Ok(StepReply::Rows(_))))?;
+        result
+    }
+
+    /// Whether the plugin is a keyed step (it exports `timers`).
+    pub fn is_keyed_plugin(&self) -> bool {
+        self.timers.is_some()
+    }
+
+    /// Keep per-key state for this task: rows are keyed by `key` (columns
+    /// of the input), and the table holds at most `state_limit` bytes.
+    /// The error says why the plugin or the key does not allow it.
+    pub fn make_keyed(&mut self, key: &[String], state_limit: usize) -> Result<(), String> {
+        if !self.is_keyed_plugin() {
+            return Err(format!(
+                "plugin `{}` keeps no keyed state (it exports no fv:plugin/timers): remove `key`, or use a keyed step plugin",
+                self.plugin_name()
+            ));
+        }
+        let hasher = KeyHasher::new(&self.input, key).map_err(|e| e.to_string())?;
+        self.keyed = Some(KeyedRouting { hasher });
+        self.sandbox.store.data_mut().keyed.state = Some(KeyedState::new(state_limit));
+        Ok(())
+    }
+
+    /// The task's keyed state (`None` unless keyed).
+    pub fn keyed_state(&mut self) -> Option<&mut KeyedState> {
+        self.sandbox.store.data_mut().keyed.state.as_mut()
+    }
+
+    /// Hand the keys of `batch`'s rows to the store and open the journal.
+    fn lend_row_keys(&mut self, batch: &RecordBatch) -> Result<(), PluginError> {
+        let Some(keyed) = &self.keyed else {
+            return Ok(());
+        };
+        let rows = keyed
+            .hasher
+            .rows(batch)
+            .map_err(|e| self.sandbox.reported(format!("cannot key the batch: {e}")))?;
+        let data = self.sandbox.store.data_mut();
+        let (keys, ends) = (&mut data.keyed.keys, &mut data.keyed.ends);
+        keys.clear();
+        ends.clear();
+        for row in rows.iter() {
+            keys.extend_from_slice(row.data());
+            ends.push(keys.len() as u32);
+        }
+        if let Some(state) = &mut data.keyed.state {
+            state.begin();
+        }
+        Ok(())
+    }
+
+    /// Close the journal of a keyed call (`keep`: its changes stand), and
+    /// fail if a change was refused for the state limit.
+    fn end_keyed_call(&mut self, keep: bool) -> Result<(), PluginError> {
+        let Some(state) = self.sandbox.store.data_mut().keyed.state.as_mut() else {
+            return Ok(());
+        };
+        if keep {
+            state.commit();
+        } else {
+            state.rollback();
+        }
+        match state.take_refusal() {
+            Some(refusal) => Err(self.sandbox.reported(refusal)),
+            None => Ok(()),
+        }
+    }
+
+    /// Fire the timers due at `watermark`: they are removed, and the
+    /// plugin's `on-timers` gets them in one call. Returns the rows it
+    /// made. A failure undoes the call's changes and fails the stage.
+    pub fn fire_timers(&mut self, watermark: i64) -> Result<Option<RecordBatch>, PluginError> {
+        let Some(state) = self.sandbox.store.data_mut().keyed.state.as_mut() else {
+            return Ok(None);
+        };
+        state.begin();
+        let due = state.take_due(watermark);
+        if due.is_empty() {
+            state.commit();
+            return Ok(None);
+        }
+        let mut keys = Vec::new();
+        let mut ends = Vec::with_capacity(due.len());
+        let mut times = Vec::with_capacity(due.len());
+        for (key, time) in &due {
+            keys.extend_from_slice(key);
+            ends.push(keys.len() as u32);
+            times.push(*time);
+        }
+        let result = self.call_on_timers(&keys, &ends, &times);
+        self.end_keyed_call(result.is_ok())?;
+        result
+    }
+
+    fn call_on_timers(
+        &mut self,
+        keys: &[u8],
+        ends: &[u32],
+        times: &[i64],
+    ) -> Result<Option<RecordBatch>, PluginError> {
+        let Some(timers) = &self.timers else {
+            return Ok(None);
+        };
+        let bytes = self.sandbox.call("on-timers", |store| {
+            timers
+                .fv_plugin_timers()
+                .call_on_timers(store, keys, ends, times)
+        })?;
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let out = ipc::decode_batch(bytes).map_err(|e| {
+            self.sandbox
+                .reported(format!("sent an unreadable batch from on-timers: {e}"))
+        })?;
+        if out.schema_ref().fields() != self.output.fields() {
+            return Err(self.sandbox.reported(format!(
+                "returned a batch from on-timers with schema {} but declared {}",
+                out.schema(),
+                self.output
+            )));
+        }
+        Ok(Some(out))
+    }
+
+    fn call_process(&mut self, batch: &RecordBatch) -> Result<StepReply, PluginError> {
         use bindings::step::exports::fv::plugin::step::{ProcessError, StepOutput};
         let sent = match &self.projection {
             Some(indices) => batch
@@ -1180,6 +1355,15 @@ impl StepInstance {
         }
         RecordBatch::try_new(Arc::clone(&self.output), arrays).map_err(|e| self.sandbox.reported(e))
     }
+}
+
+/// Whether `plugin`'s component exports `fv:plugin/timers` (a keyed step).
+fn exports_timers(plugin: &LoadedPlugin, engine: &wasmtime::Engine) -> bool {
+    plugin
+        .component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name.starts_with("fv:plugin/timers@"))
 }
 
 impl OpenError {

@@ -9,11 +9,12 @@ use wasmparser::{Parser, Payload};
 
 /// The `fv:plugin` version this host is built on: 0.4 (0.2.0 added the
 /// source's `committed` notification, 0.3.0 rejected records in a source
-/// batch, 0.4.0 the source's `push-down` and the sink's `input-columns`).
+/// batch, 0.4.0 the source's `push-down` and the sink's `input-columns`,
+/// 0.4.1 keyed steps, an addition that leaves 0.4.0 plugins as they were).
 pub const SUPPORTED_CONTRACT: ContractVersion = ContractVersion {
     major: 0,
     minor: 4,
-    patch: 0,
+    patch: 1,
 };
 
 /// The oldest `fv:plugin` version this host still runs (bound from
@@ -282,7 +283,7 @@ mod tests {
         let text = err.to_string();
         assert!(
             text.contains("fv:plugin 0.2.0")
-                && text.contains("supports fv:plugin 0.4.0 (>= 0.3.0, < 0.5.0)"),
+                && text.contains("supports fv:plugin 0.4.1 (>= 0.3.0, < 0.5.0)"),
             "{text}"
         );
     }

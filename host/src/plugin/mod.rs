@@ -21,6 +21,7 @@ mod grant_hint;
 mod guest_output;
 mod instance;
 pub mod kafka;
+mod keyed_state;
 pub(crate) mod metadata;
 pub mod package;
 pub mod project;

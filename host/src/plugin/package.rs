@@ -456,7 +456,7 @@ mod tests {
         let err = package(&bytes, &s).expect_err("must refuse");
         assert_eq!(
             err.to_string(),
-            "--kind source: the component implements the step world (it exports fv:plugin/step@0.4.0); package it as a step"
+            "--kind source: the component implements the step world (it exports fv:plugin/step@0.4.1); package it as a step"
         );
     }
 
@@ -540,7 +540,7 @@ mod tests {
             .expect_err("must refuse")
             .to_string();
         assert!(
-            err.contains("its metadata says it is a source, but the component implements the step world (it exports fv:plugin/step@0.4.0)"),
+            err.contains("its metadata says it is a source, but the component implements the step world (it exports fv:plugin/step@0.4.1)"),
             "{err}"
         );
         // The honest metadata publishes.

@@ -108,6 +108,8 @@ pub(crate) struct HostState {
     /// A wait of the current call that was cut at its budget: how long
     /// the guest wanted to wait.
     pub(crate) blocked_past_budget: Option<std::time::Duration>,
+    /// A keyed step's table and row keys, lent for the call under way.
+    pub(crate) keyed: super::keyed_state::KeyedCall,
 }
 
 impl HostState {
@@ -162,6 +164,7 @@ impl HostState {
             kafka: policy.kafka.clone(),
             call_deadline: None,
             blocked_past_budget: None,
+            keyed: Default::default(),
         })
     }
 

@@ -15,7 +15,7 @@ use super::edge::{ChannelGauge, EdgeGauge, EdgeSender};
 use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
-use super::operators::{LookupJoin, SinkWriter, SqlStage, WasmStep, commit_durable};
+use super::operators::{KeyedWasmStep, LookupJoin, SinkWriter, SqlStage, WasmStep, commit_durable};
 use super::plan::{Plan, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
@@ -221,7 +221,7 @@ pub fn run(
             .iter()
             .map(
                 |task| match (task, &plan.topology.dead_letter, &stage.late_rows) {
-                    (StageTask::Step(_), Some(dlq), _) => Some(dlq),
+                    (StageTask::Step(_) | StageTask::KeyedStep { .. }, Some(dlq), _) => Some(dlq),
                     (StageTask::Stateful(_), _, Some(late)) => Some(late),
                     _ => None,
                 },
@@ -308,27 +308,37 @@ pub fn run(
             )
             .for_task(i);
             let task_inputs = inputs.remove(&(stage.name.clone(), i)).unwrap_or_default();
+            let state_context = || {
+                StateContext::new(
+                    &stage.name,
+                    i as u32,
+                    stage_parallelism,
+                    &stage_state,
+                    store.clone(),
+                    ack_tx.clone(),
+                    Arc::clone(&control),
+                )
+            };
+            let restore_error = |e: TaskError| RunError::Restore {
+                epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
+                message: e.to_string(),
+            };
             let op: Box<dyn Operator> = match task {
                 StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
                 StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
+                StageTask::KeyedStep { instance, format } => {
+                    state_tasks += 1;
+                    Box::new(
+                        KeyedWasmStep::new(&stage.name, *instance, format, state_context())
+                            .map_err(restore_error)?,
+                    )
+                }
                 StageTask::Lookup(l) => Box::new(
                     LookupJoin::new(&stage.name, l).map_err(|e| RunError::Task(e.to_string()))?,
                 ),
                 StageTask::Stateful(w) => {
                     state_tasks += 1;
-                    let ctx = StateContext::new(
-                        &stage.name,
-                        i as u32,
-                        stage_parallelism,
-                        &stage_state,
-                        store.clone(),
-                        ack_tx.clone(),
-                        Arc::clone(&control),
-                    );
-                    w.operator(ctx).map_err(|e| RunError::Restore {
-                        epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
-                        message: e.to_string(),
-                    })?
+                    w.operator(state_context()).map_err(restore_error)?
                 }
             };
             let control = Arc::clone(&control);
@@ -465,19 +475,19 @@ fn check_plugin_versions(plan: &Plan, manifest: &Manifest) -> Result<(), RunErro
 /// meaning (key, window, aggregates): its accumulators would be misread.
 fn check_state_formats(plan: &Plan, manifest: &Manifest) -> Result<(), RunError> {
     for stage in &plan.stages {
-        let Some(StageTask::Stateful(w)) = stage.tasks.first() else {
-            continue;
+        let format = match stage.tasks.first() {
+            Some(StageTask::Stateful(w)) => w.format(),
+            Some(StageTask::KeyedStep { format, .. }) => format.clone(),
+            _ => continue,
         };
         if let Some(saved) = manifest.state.get(&stage.name)
-            && saved.format != w.format()
+            && saved.format != format
         {
             return Err(RunError::Incompatible {
                 epoch: manifest.epoch,
                 message: format!(
                     "stage `{}` changed incompatibly: its state was written by `{}`, the topology now says `{}`; restore the previous definition, or start over with --from-scratch",
-                    stage.name,
-                    saved.format,
-                    w.format()
+                    stage.name, saved.format, format
                 ),
             });
         }

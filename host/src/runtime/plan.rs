@@ -50,6 +50,14 @@ pub enum StageTask {
     Sql(StatelessQuery),
     /// An opened step (boxed: an instance is large and moves to its thread).
     Step(Box<StepInstance>),
+    /// An opened keyed step, its keyed state set up; `format` is what its
+    /// state means (checked on restore).
+    KeyedStep {
+        /// The instance.
+        instance: Box<StepInstance>,
+        /// [`crate::topology::KeyedStepSpec::format`].
+        format: String,
+    },
     /// A stateful operator (windows, sessions, top-N, joins).
     Stateful(StatefulPlan),
     /// A lookup join against a table loaded at start.
@@ -329,7 +337,7 @@ fn stateful_plan(
             };
             StatefulPlan::Join(JoinPlan::new(spec, side(0)?, side(1)?)?)
         }
-        StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => {
+        StageKind::Sql(_) | StageKind::Step(_) | StageKind::KeyedStep(_) | StageKind::Lookup(_) => {
             return Err(("".into(), "not a stateful stage".into()));
         }
     })
@@ -552,13 +560,20 @@ impl Planner<'_> {
                         }
                     }
                 }
-                StageKind::Step(use_) => {
+                StageKind::Step(_) | StageKind::KeyedStep(_) => {
+                    let Some(use_) = node.kind.plugin() else {
+                        continue;
+                    };
                     let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
                         continue;
                     };
+                    let keyed = match &node.kind {
+                        StageKind::KeyedStep(spec) => Some(spec),
+                        _ => None,
+                    };
                     for i in 0..node.parallelism {
                         let id = p.identity(&node.name, i, node.parallelism);
-                        match StepInstance::open(
+                        let mut inst = match StepInstance::open(
                             engine,
                             &plugin,
                             &use_.sandbox,
@@ -566,15 +581,37 @@ impl Planner<'_> {
                             &use_.config_json,
                             Arc::clone(&input),
                         ) {
-                            Ok(inst) => {
-                                schema = Some(inst.output_schema());
-                                tasks.push(StageTask::Step(Box::new(inst)));
-                            }
+                            Ok(inst) => inst,
                             Err(e) => {
                                 p.open_error(&key, e);
                                 break;
                             }
+                        };
+                        schema = Some(inst.output_schema());
+                        let Some(spec) = keyed else {
+                            if inst.is_keyed_plugin() {
+                                p.errors.push(topology.source_map.at_key(
+                                    &key,
+                                    format!(
+                                        "plugin `{}` is a keyed step: it keeps per-key state, so the stage needs its key columns, `key = [\"…\"]`",
+                                        inst.plugin_name()
+                                    ),
+                                ));
+                                break;
+                            }
+                            tasks.push(StageTask::Step(Box::new(inst)));
+                            continue;
+                        };
+                        let limit = usize::try_from(spec.state_limit).unwrap_or(usize::MAX);
+                        if let Err(message) = inst.make_keyed(&spec.key, limit) {
+                            p.errors
+                                .push(topology.source_map.at_key(&format!("{key}.key"), message));
+                            break;
                         }
+                        tasks.push(StageTask::KeyedStep {
+                            instance: Box::new(inst),
+                            format: spec.format(),
+                        });
                     }
                 }
             }

@@ -20,7 +20,7 @@ use crate::epoch::{EpochStore, StateLock};
 use crate::plugin::PluginEngine;
 use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
 use crate::runtime::{self, RunControl, StageMetrics};
-use crate::topology::{Confinement, Diagnostics, PluginUse, StageKind, Topology};
+use crate::topology::{Confinement, Diagnostics, PluginUse, Topology};
 
 /// Why an operation was refused; the HTTP layer maps each to a status.
 #[derive(Debug, thiserror::Error)]
@@ -157,11 +157,7 @@ impl Quotas {
             node("source", &n.name, n.parallelism, Some(&n.plugin));
         }
         for n in &t.stages {
-            let plugin = match &n.kind {
-                StageKind::Step(p) => Some(p),
-                _ => None,
-            };
-            node("stage", &n.name, n.parallelism, plugin);
+            node("stage", &n.name, n.parallelism, n.kind.plugin());
         }
         for n in &t.sinks {
             node("sink", &n.name, n.parallelism, Some(&n.plugin));

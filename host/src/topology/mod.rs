@@ -185,6 +185,8 @@ pub enum StageKind {
     Sql(String),
     /// A Wasm step.
     Step(PluginUse),
+    /// A Wasm step with per-key state and timers kept by the host.
+    KeyedStep(KeyedStepSpec),
     /// A keyed event-time window aggregation (stateful).
     Window(WindowSpec),
     /// Session windows per key (stateful).
@@ -203,6 +205,7 @@ impl StageKind {
         match self {
             StageKind::Sql(_) => "sql",
             StageKind::Step(_) => "step",
+            StageKind::KeyedStep(_) => "keyed_step",
             StageKind::Window(_) => "window",
             StageKind::Session(_) => "session",
             StageKind::TopN(_) => "top_n",
@@ -219,7 +222,26 @@ impl StageKind {
             StageKind::Session(s) => Some(vec![s.key.clone(); inputs]),
             StageKind::TopN(t) => Some(vec![t.key.clone(); inputs]),
             StageKind::Join(j) => Some((0..inputs).map(|i| j.key(i.min(1))).collect()),
+            StageKind::KeyedStep(k) => Some(vec![k.key.clone(); inputs]),
             StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => None,
+        }
+    }
+
+    /// The plugin of a step stage (keyed or not).
+    pub fn plugin(&self) -> Option<&PluginUse> {
+        match self {
+            StageKind::Step(p) => Some(p),
+            StageKind::KeyedStep(k) => Some(&k.plugin),
+            _ => None,
+        }
+    }
+
+    /// [`StageKind::plugin`], mutable.
+    pub fn plugin_mut(&mut self) -> Option<&mut PluginUse> {
+        match self {
+            StageKind::Step(p) => Some(p),
+            StageKind::KeyedStep(k) => Some(&mut k.plugin),
+            _ => None,
         }
     }
 
@@ -227,7 +249,39 @@ impl StageKind {
     pub fn needs_watermark(&self) -> bool {
         matches!(
             self,
-            StageKind::Window(_) | StageKind::Session(_) | StageKind::TopN(_) | StageKind::Join(_)
+            StageKind::Window(_)
+                | StageKind::Session(_)
+                | StageKind::TopN(_)
+                | StageKind::Join(_)
+                | StageKind::KeyedStep(_)
+        )
+    }
+}
+
+/// Bytes of keyed state a keyed step's task may keep unless the topology
+/// says `state_limit`.
+pub const DEFAULT_STATE_LIMIT: u64 = 256 << 20;
+
+/// `key = [...]` on a plugin stage: a keyed step. Rows are routed by key,
+/// and the plugin keeps per-key values and event-time timers in the host.
+#[derive(Debug, Clone)]
+pub struct KeyedStepSpec {
+    /// The plugin.
+    pub plugin: PluginUse,
+    /// The key columns.
+    pub key: Vec<String>,
+    /// Bytes of state one task may keep (`state_limit`).
+    pub state_limit: u64,
+}
+
+impl KeyedStepSpec {
+    /// What the state means, checked on restore: the state format and the
+    /// key (another key would find every value under another key).
+    pub fn format(&self) -> String {
+        format!(
+            "{}; key [{}]",
+            crate::state::KEYED_STATE_FORMAT,
+            self.key.join(", ")
         )
     }
 }
@@ -329,7 +383,7 @@ impl Topology {
             uses.push((format!("tables.{}", s.name), &s.plugin, PluginKind::Source));
         }
         for s in &self.stages {
-            if let StageKind::Step(p) = &s.kind {
+            if let Some(p) = s.kind.plugin() {
                 uses.push((format!("stages.{}", s.name), p, PluginKind::Step));
             }
         }
@@ -350,7 +404,7 @@ impl Topology {
             uses.push((format!("tables.{}", s.name), &mut s.plugin));
         }
         for s in &mut self.stages {
-            if let StageKind::Step(p) = &mut s.kind {
+            if let Some(p) = s.kind.plugin_mut() {
                 uses.push((format!("stages.{}", s.name), p));
             }
         }

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use super::raw_stateful::{RawJoin, RawLookup, RawSession, RawStateful, RawTopN, RawWindow};
 use super::{
-    Diagnostic, Diagnostics, EventTime, PluginRef, PluginUse, Settings, SinkNode, SourceMap,
-    SourceNode, StageKind, StageNode, TableNode, Topology, parse_duration, parse_duration_or_zero,
-    parse_size,
+    DEFAULT_STATE_LIMIT, Diagnostic, Diagnostics, EventTime, KeyedStepSpec, PluginRef, PluginUse,
+    Settings, SinkNode, SourceMap, SourceNode, StageKind, StageNode, TableNode, Topology,
+    parse_duration, parse_duration_or_zero, parse_size,
 };
 use crate::plugin::{KafkaGrant, SandboxPolicy};
 
@@ -79,6 +79,7 @@ struct RawNode {
     key: Option<Vec<String>>,
     aggregates: Option<Vec<String>>,
     late_rows: Option<String>,
+    state_limit: Option<String>,
 }
 
 /// `watermark = { … }` on a source.
@@ -307,7 +308,27 @@ pub(super) fn parse(
                 "`watermark` belongs on a source: watermarks start where rows enter",
             ));
         }
-        let other_kind = s.sql.is_some() || s.plugin.is_some() || s.path.is_some();
+        let is_plugin = s.plugin.is_some() || s.path.is_some();
+        // `key` on a plugin stage (and nothing of a native stateful
+        // stage) makes it a keyed step.
+        let step_key = if is_plugin
+            && s.window.is_none()
+            && s.session.is_none()
+            && s.join.is_none()
+            && s.lookup.is_none()
+        {
+            s.key.take()
+        } else {
+            None
+        };
+        let state_limit = s.state_limit.take();
+        if !is_plugin && state_limit.is_some() {
+            errors.push(map.at_key(
+                &format!("{key}.state_limit"),
+                "`state_limit` bounds the keyed state of a keyed step (a plugin stage with `key`); native stages keep their state without a limit of their own",
+            ));
+        }
+        let other_kind = s.sql.is_some() || is_plugin;
         match ctx.stateful_kind(&key, s.take_stateful(), other_kind, &mut errors) {
             Some(Some(kind)) => {
                 stages.push(StageNode {
@@ -339,8 +360,13 @@ pub(super) fn parse(
                 StageKind::Sql(sql)
             }
             (None, true) => {
-                match ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors) {
-                    Some(p) => StageKind::Step(p),
+                let Some(plugin) =
+                    ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
+                else {
+                    continue;
+                };
+                match ctx.keyed_step(&key, plugin, step_key, state_limit, &mut errors) {
+                    Some(kind) => kind,
                     None => continue,
                 }
             }
@@ -453,6 +479,7 @@ fn refuse_stage_keys(
         ("key", node.key.is_some()),
         ("aggregates", node.aggregates.is_some()),
         ("late_rows", node.late_rows.is_some()),
+        ("state_limit", node.state_limit.is_some()),
     ];
     for (field, _) in present.iter().filter(|(_, p)| *p) {
         errors.push(ctx.map.at_key(
@@ -489,6 +516,58 @@ pub(super) struct Ctx<'a> {
     dir: &'a Path,
     /// Under `fvhost serve`: where grants and plugin files may point.
     confinement: Option<&'a Confinement>,
+}
+
+impl Ctx<'_> {
+    /// A plugin stage: a keyed step when it has `key`, else a step.
+    fn keyed_step(
+        &self,
+        key: &str,
+        plugin: PluginUse,
+        step_key: Option<Vec<String>>,
+        state_limit: Option<String>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<StageKind> {
+        let Some(columns) = step_key else {
+            if state_limit.is_some() {
+                errors.push(self.map.at_key(
+                    &format!("{key}.state_limit"),
+                    "`state_limit` bounds a keyed step's state: give the stage its key columns, `key = [\"…\"]`",
+                ));
+                return None;
+            }
+            return Some(StageKind::Step(plugin));
+        };
+        if columns.is_empty() {
+            errors.push(self.map.at_key(
+                &format!("{key}.key"),
+                "a keyed step needs at least one key column: `key = [\"card\"]`",
+            ));
+            return None;
+        }
+        let mut limit = DEFAULT_STATE_LIMIT;
+        if let Some(text) = state_limit {
+            match parse_size(&text) {
+                Ok(bytes) if bytes >= 1024 => limit = bytes as u64,
+                Ok(_) => {
+                    errors.push(
+                        self.map
+                            .at_key(&format!("{key}.state_limit"), "must be at least 1KiB"),
+                    );
+                    return None;
+                }
+                Err(e) => {
+                    errors.push(self.map.at_key(&format!("{key}.state_limit"), e));
+                    return None;
+                }
+            }
+        }
+        Some(StageKind::KeyedStep(KeyedStepSpec {
+            plugin,
+            key: columns,
+            state_limit: limit,
+        }))
+    }
 }
 
 impl Ctx<'_> {

@@ -125,6 +125,6 @@ export {
 } from 'apache-arrow';
 
 /** The `fv:plugin` contract version this SDK builds plugins for. */
-export const CONTRACT_VERSION = '0.4.0';
+export const CONTRACT_VERSION = '0.4.1';
 /** This SDK's version. */
 export const VERSION = '0.1.0';

@@ -90,7 +90,7 @@ from .plugin import (
 )
 
 #: The ``fv:plugin`` contract version this SDK builds plugins for.
-CONTRACT_VERSION = "0.4.0"
+CONTRACT_VERSION = "0.4.1"
 __version__ = "0.1.0"
 
 __all__ = [

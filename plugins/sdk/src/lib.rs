@@ -91,27 +91,31 @@ pub mod log;
 
 mod config;
 mod context;
+mod keyed;
 mod sink;
 mod source;
 mod step;
 
 pub use config::{ConfigError, check_config_schema};
 pub use context::TaskContext;
+pub use keyed::{KeyedState, KeyedStep, Timer};
 pub use sink::Sink;
 pub use source::{Comparison, Filter, Literal, Poll, Rejected, Scan, Source, SplitPosition};
 pub use step::{ProcessError, RowError, Step, StepOutput, append_fields};
 
 /// The `fv:plugin` contract version this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.4.1";
 
 /// Generated WIT glue and the adapters between it and the SDK traits.
 /// Not part of the public API: only the export macros use it.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::keyed::{KeyedStepAdapter, KeyedTimersAdapter};
     pub use crate::sink::SinkAdapter;
     pub use crate::source::SourceAdapter;
     pub use crate::step::StepAdapter;
 
+    pub use fv_plugin_world_keyed_step as keyed_world;
     pub use fv_plugin_world_sink as sink_world;
     pub use fv_plugin_world_source as source_world;
     pub use fv_plugin_world_step as step_world;
@@ -236,7 +240,7 @@ macro_rules! __fv_plugin_metadata {
                 env!("CARGO_PKG_VERSION"),
                 "\nkind=",
                 $kind,
-                "\ncontract=0.4.0",
+                "\ncontract=0.4.1",
                 "\nlicense=",
                 env!("CARGO_PKG_LICENSE"),
                 "\ndescription=",
@@ -343,6 +347,35 @@ macro_rules! export_step {
         // native build (unit tests of plugin code) must not carry them.
         #[cfg(target_family = "wasm")]
         $crate::__private::step_world::export_step_world!(__FvStepComponent with_types_in $crate::__private::step_world);
+        $crate::__fv_plugin_metadata!("step" $(, $key = $value)*);
+    };
+}
+
+/// Export a [`KeyedStep`] implementation as this component's step plugin
+/// (the `keyed-step-plugin` world). The stage that uses it must name its
+/// key columns (`key = [...]`). Takes the same optional `key = value`
+/// arguments as [`export_step!`].
+#[macro_export]
+macro_rules! export_keyed_step {
+    ($ty:ty $(, $key:ident = $value:expr)* $(,)?) => {
+        #[doc(hidden)]
+        #[allow(dead_code)]
+        struct __FvKeyedStepComponent;
+        impl $crate::__private::keyed_world::exports::fv::plugin::step::Guest for __FvKeyedStepComponent {
+            type Step = $crate::__private::KeyedStepAdapter<$ty>;
+        }
+        impl $crate::__private::keyed_world::exports::fv::plugin::timers::Guest for __FvKeyedStepComponent {
+            fn on_timers(
+                keys: ::std::vec::Vec<u8>,
+                ends: ::std::vec::Vec<u32>,
+                times: ::std::vec::Vec<i64>,
+            ) -> ::std::result::Result<::std::option::Option<::std::vec::Vec<u8>>, ::std::string::String> {
+                <$crate::__private::KeyedTimersAdapter<$ty> as $crate::__private::keyed_world::exports::fv::plugin::timers::Guest>::on_timers(keys, ends, times)
+            }
+        }
+        // Export names exist only in Wasm (see export_step!).
+        #[cfg(target_family = "wasm")]
+        $crate::__private::keyed_world::export_keyed_step_world!(__FvKeyedStepComponent with_types_in $crate::__private::keyed_world);
         $crate::__fv_plugin_metadata!("step" $(, $key = $value)*);
     };
 }

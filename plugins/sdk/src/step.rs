@@ -154,7 +154,7 @@ impl<T: Step> wit::GuestStep for StepAdapter<T> {
 }
 
 /// Pack a boolean mask as Arrow-order bits, nulls as `false`.
-fn mask_bits(mask: &BooleanArray) -> Vec<u8> {
+pub(crate) fn mask_bits(mask: &BooleanArray) -> Vec<u8> {
     let values = mask.values();
     if mask.null_count() == 0 && values.offset() == 0 {
         // The common case: the values buffer already is the answer.

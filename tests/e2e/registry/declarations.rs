@@ -11,7 +11,7 @@ fn a_plugin_built_for_another_contract_is_refused_naming_both_versions() {
     let wasm = patched_step(
         &s,
         "future.wasm",
-        "fv:plugin/step@0.4.0",
+        "fv:plugin/step@0.4.1",
         "fv:plugin/step@0.9.0",
     );
     let wasm = wasm.to_str().expect("utf-8");
@@ -24,7 +24,7 @@ fn a_plugin_built_for_another_contract_is_refused_naming_both_versions() {
     assert!(
         run.stderr.contains("stages.big.path")
             && run.stderr.contains("built for fv:plugin 0.9.0")
-            && run.stderr.contains("supports fv:plugin 0.4.0"),
+            && run.stderr.contains("supports fv:plugin 0.4.1"),
         "{}",
         run.stderr
     );
@@ -46,7 +46,7 @@ fn a_plugin_whose_metadata_claims_another_world_is_not_published() {
     assert!(
         publish.stderr.contains("says it is a sink")
             && publish.stderr.contains("implements the step world")
-            && publish.stderr.contains("fv:plugin/step@0.4.0"),
+            && publish.stderr.contains("fv:plugin/step@0.4.1"),
         "{}",
         publish.stderr
     );

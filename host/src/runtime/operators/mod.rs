@@ -4,6 +4,7 @@
 
 mod aggregates;
 mod join;
+mod keyed_step;
 mod lookup;
 pub(crate) mod rows;
 mod session;
@@ -20,6 +21,7 @@ mod window;
 use arrow::datatypes::SchemaRef;
 
 pub use join::{IntervalJoin, JoinPlan, WindowJoin};
+pub use keyed_step::KeyedWasmStep;
 pub use lookup::{LookupJoin, LookupPlan, LookupTable};
 pub use session::{SessionAggregate, SessionPlan};
 pub use sink_writer::{SinkWriter, commit_durable};

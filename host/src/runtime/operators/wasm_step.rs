@@ -88,6 +88,11 @@ impl WasmStep {
         }
     }
 
+    /// The instance (a keyed step reaches its state and timers through it).
+    pub fn instance_mut(&mut self) -> &mut StepInstance {
+        &mut self.instance
+    }
+
     /// Process `batch`, whose rows are `rows` of the original batch.
     /// Appends output batches and poison (original row, reason, trapped?).
     fn run(

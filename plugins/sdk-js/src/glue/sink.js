@@ -1,7 +1,7 @@
 // Component glue for the `fv:plugin/sink` export: the WIT resource `sink`
 // wraps the class given to `exportSink`. Bundled only into components.
 
-import { log } from 'fv:plugin/log@0.4.0';
+import { log } from 'fv:plugin/log@0.4.1';
 
 import * as adapt from '../adapt.js';
 import { readBatch } from '../ipc.js';

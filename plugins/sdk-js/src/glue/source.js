@@ -2,7 +2,7 @@
 // `source` wraps the class given to `exportSource`. Bundled only into
 // components.
 
-import { log } from 'fv:plugin/log@0.4.0';
+import { log } from 'fv:plugin/log@0.4.1';
 
 import * as adapt from '../adapt.js';
 import { describe, writeBatch } from '../ipc.js';

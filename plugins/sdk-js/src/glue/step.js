@@ -2,7 +2,7 @@
 // (the class componentize-js binds as `step.Step`) wraps the class given to
 // `exportStep`. Bundled only into components (it imports the host's `log`).
 
-import { log } from 'fv:plugin/log@0.4.0';
+import { log } from 'fv:plugin/log@0.4.1';
 
 import * as adapt from '../adapt.js';
 import { readBatch } from '../ipc.js';

@@ -1,0 +1,241 @@
+//! Keyed Wasm steps: the first-party `velocity-check` keeps per-key state
+//! and event-time timers in the host. Its alerts equal a brute-force
+//! oracle over the same generated rows (out of order across two source
+//! tasks); a run killed at random moments, and one restarted with another
+//! parallelism of the step, commit exactly the rows of one uninterrupted
+//! run; state over its limit stops the run naming the limit; a key on the
+//! wrong kind of plugin is refused before anything runs.
+
+use std::collections::BTreeMap;
+
+use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments};
+
+/// Nexmark bids from two generator tasks → bidder as a string `card` →
+/// velocity-check keyed by card (PARALLELISM tasks) → alerts with the time
+/// as integer microseconds → JSON lines.
+const VELOCITY: &str = r#"
+name = "velocity"
+
+[checkpoint]
+interval = "200ms"
+
+[sources.bids]
+plugin = "generator"
+parallelism = 2
+config = { kind = "nexmark", stream = "bid", events = 20000, seed = 3, rate = RATE }
+watermark = { column = "date_time" }
+
+[stages.cards]
+input = "bids"
+sql = "SELECT CAST(bidder AS VARCHAR) AS card, date_time FROM bids"
+
+[stages.velocity]
+input = "cards"
+plugin = "velocity-check"
+key = ["card"]
+parallelism = PARALLELISM
+config = { key_column = "card", time = "date_time", within = "2ms", max_events = 16 }
+
+[stages.alerts]
+input = "velocity"
+sql = "SELECT card, CAST(date_time AS BIGINT) AS us, recent FROM velocity"
+
+[sinks.out]
+input = "alerts"
+plugin = "file-sink"
+allow_write = ["out"]
+config = { path = "out", format = "jsonl" }
+"#;
+
+fn velocity(rate: u32, parallelism: u32) -> String {
+    let t = VELOCITY.replace("PARALLELISM", &parallelism.to_string());
+    if rate == 0 {
+        t.replace(", rate = RATE", "")
+    } else {
+        t.replace("RATE", &rate.to_string())
+    }
+}
+
+/// Committed alerts as sorted (card, µs, recent).
+fn alerts(s: &Scratch) -> Vec<(String, i64, i64)> {
+    let mut rows: Vec<(String, i64, i64)> = s
+        .output_lines("out")
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json");
+            (
+                v["card"].as_str().expect("card").to_string(),
+                v["us"].as_i64().expect("us"),
+                v["recent"].as_i64().expect("recent"),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn velocity_alerts_equal_a_brute_force_oracle_over_out_of_order_rows() {
+    // The oracle's input: the same rows, written out as they are.
+    let raw = Scratch::new();
+    raw.write(
+        "t.toml",
+        &velocity(0, 1)
+            .replace(
+                "[stages.velocity]\ninput = \"cards\"\nplugin = \"velocity-check\"\nkey = [\"card\"]\nparallelism = 1\nconfig = { key_column = \"card\", time = \"date_time\", within = \"2ms\", max_events = 16 }\n",
+                "",
+            )
+            .replace("input = \"velocity\"", "input = \"cards\"")
+            .replace("AS us, recent FROM velocity", "* 1000 AS us, 0 AS recent FROM cards"),
+    );
+    assert_exit(&raw.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let mut by_card: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (card, us, _) in alerts(&raw) {
+        by_card.entry(card).or_default().push(us);
+    }
+    let rows: usize = by_card.values().map(Vec::len).sum();
+    assert!(rows > 10_000, "{rows} rows");
+    let mut expected = Vec::new();
+    for (card, times) in &by_card {
+        for t in times {
+            let recent = times.iter().filter(|x| **x > t - 2000 && **x <= *t).count() as i64;
+            if recent > 16 {
+                expected.push((card.clone(), *t, recent));
+            }
+        }
+    }
+    expected.sort();
+    assert!(
+        !expected.is_empty() && expected.len() < rows,
+        "{} alerts of {rows} rows: the test must flag some rows, not all",
+        expected.len()
+    );
+    let s = Scratch::new();
+    s.write("t.toml", &velocity(0, 2));
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    assert!(run.stderr.contains("keyed_step"), "{}", run.stderr);
+    let got = alerts(&s);
+    assert!(
+        got == expected,
+        "{} alerts, {} expected; first unexpected: {:?}; first missing: {:?}",
+        got.len(),
+        expected.len(),
+        got.iter().find(|r| !expected.contains(r)),
+        expected.iter().find(|r| !got.contains(r))
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_keyed_step_killed_at_random_moments_and_rescaled_commits_one_runs_rows() {
+    let reference = Scratch::new();
+    reference.write("t.toml", &velocity(0, 2));
+    assert_exit(&reference.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let expected = alerts(&reference);
+    assert!(!expected.is_empty());
+
+    let seed = crash_seed("keyed step crash harness");
+    let mut state = seed;
+    let s = Scratch::new();
+    // ~4 s of input: every kill lands mid-stream.
+    s.write("t.toml", &velocity(5000, 2));
+    eprintln!("(seed {seed})");
+    kill_at_random_moments(
+        &s,
+        &["run", "t.toml", "--no-progress"],
+        6,
+        (150, 500),
+        &mut state,
+        |_| {},
+    );
+    // The last restart changes the step's parallelism: its state moves by
+    // vnode to three tasks.
+    s.write("t.toml", &velocity(5000, 3));
+    let last = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    let got = alerts(&s);
+    if got != expected {
+        let missing = expected.iter().filter(|r| !got.contains(r)).count();
+        let extra = got.iter().filter(|r| !expected.contains(r)).count();
+        panic!(
+            "after 6 kills and 2 → 3 tasks (seed {seed}): {} alerts, {} expected; {missing} missing, {extra} unexpected (first: {:?})",
+            got.len(),
+            expected.len(),
+            got.iter().find(|r| !expected.contains(r))
+        );
+    }
+}
+
+#[test]
+fn keyed_state_over_its_limit_stops_the_run_naming_the_limit() {
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &velocity(0, 1).replace(
+            "key = [\"card\"]\n",
+            "key = [\"card\"]\nstate_limit = \"4KiB\"\n",
+        ),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("velocity") && run.stderr.contains("state_limit of 4096 bytes"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_key_on_the_wrong_kind_of_plugin_is_refused_before_anything_runs() {
+    let s = Scratch::new();
+    // A keyed step without a key.
+    s.write("t.toml", &velocity(0, 1).replace("key = [\"card\"]\n", ""));
+    let run = s.fvhost(&["validate", "t.toml"]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("stages.velocity")
+            && run.stderr.contains("is a keyed step")
+            && run.stderr.contains("key = ["),
+        "{}",
+        run.stderr
+    );
+    // A key on a stateless step, and a state limit without a key.
+    s.write(
+        "t.toml",
+        &velocity(0, 1)
+            .replace(
+                "input = \"cards\"\nplugin = \"velocity-check\"\nkey = [\"card\"]",
+                "input = \"bids\"\nplugin = \"pii-redactor\"\nkey = [\"bidder\"]",
+            )
+            .replace(
+                "config = { key_column = \"card\", time = \"date_time\", within = \"2ms\", max_events = 16 }",
+                "config = { columns = [\"url\"] }",
+            )
+            .replace("recent FROM velocity", "0 AS recent FROM velocity")
+            .replace("SELECT card, CAST", "SELECT url AS card, CAST"),
+    );
+    let run = s.fvhost(&["validate", "t.toml"]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("stages.velocity.key") && run.stderr.contains("keeps no keyed state"),
+        "{}",
+        run.stderr
+    );
+    s.write(
+        "t.toml",
+        &velocity(0, 1).replace("key = [\"card\"]\n", "state_limit = \"1MiB\"\n"),
+    );
+    let run = s.fvhost(&["validate", "t.toml"]);
+    assert_exit(&run, 2);
+    assert!(
+        run.stderr.contains("stages.velocity.state_limit") && run.stderr.contains("key = ["),
+        "{}",
+        run.stderr
+    );
+}
