@@ -290,7 +290,7 @@ impl<T: KeyedStep> wit::GuestStep for KeyedStepAdapter<T> {
         let inner = Rc::new(RefCell::new(
             T::open(parsed, schema, &task).map_err(to_wit)?,
         ));
-        INSTANCE.with(|i| *i.borrow_mut() = Some(inner.clone() as Rc<dyn Any>));
+        INSTANCE.with(|i| *i.borrow_mut() = Some(Rc::clone(&inner) as Rc<dyn Any>));
         Ok(wit::Step::new(KeyedStepAdapter { inner }))
     }
 

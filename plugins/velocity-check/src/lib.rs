@@ -240,8 +240,8 @@ impl KeyedStep for VelocityCheck {
         // One read and one write per key and batch.
         let mut touched: HashMap<Vec<u8>, Seen> = HashMap::new();
         let mut bad = Vec::new();
-        for row in 0..batch.num_rows() {
-            let Some(value) = values[row].filter(|_| times.is_valid(row)) else {
+        for (row, value) in values.iter().enumerate() {
+            let Some(value) = value.filter(|_| times.is_valid(row)) else {
                 bad.push(fv_plugin_sdk::RowError {
                     row: row as u32,
                     message: format!(
