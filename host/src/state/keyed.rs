@@ -456,7 +456,7 @@ mod tests {
         state.put(b"a", &[0; 10]).expect("shrinking always fits");
         assert_eq!(state.take_refusal(), Some(err));
         assert_eq!(state.take_refusal(), None);
-        let mut small = KeyedState::new(100);
+        let mut small = KeyedState::new(50);
         let restored = small.restore(&batch_of(&state), VnodeRange::all());
         assert!(restored.is_err(), "a snapshot larger than the limit");
     }
