@@ -859,11 +859,6 @@ macro_rules! with_step {
     };
 }
 
-/// What makes a step instance keyed: how its rows' keys are made.
-struct KeyedRouting {
-    hasher: KeyHasher,
-}
-
 /// A step plugin instance for one task.
 pub struct StepInstance {
     sandbox: Sandbox,
@@ -871,8 +866,9 @@ pub struct StepInstance {
     /// The `timers` export of a keyed step plugin (re-loaded with every
     /// new instance).
     timers: Option<bindings::keyed::KeyedStepPlugin>,
-    /// Set when the stage is keyed ([`Self::make_keyed`]).
-    keyed: Option<KeyedRouting>,
+    /// Encodes each row's key, once the stage is keyed
+    /// ([`Self::make_keyed`]).
+    key_hasher: Option<KeyHasher>,
     resource: ResourceAny,
     engine_linker_pre: StepPre,
     config: String,
@@ -910,7 +906,7 @@ impl StepInstance {
             sandbox,
             world,
             timers,
-            keyed: None,
+            key_hasher: None,
             resource,
             engine_linker_pre: pre,
             config: config.to_string(),
@@ -1053,8 +1049,9 @@ impl StepInstance {
         let mut store = Store::new(&engine, engine_state);
         store.limiter(|s| &mut s.memory);
         // The host's keyed state outlives the instance (the failed call's
-        // changes were rolled back).
-        store.data_mut().keyed.state = self.sandbox.store.data_mut().keyed.state.take();
+        // changes were rolled back); it is handed to the new one after its
+        // `open`, so that only `process` and `on-timers` ever see it.
+        let keyed_state = self.sandbox.store.data_mut().keyed.state.take();
         self.sandbox.store = store;
         let (world, timers, resource) = match Self::start(
             &mut self.sandbox,
@@ -1070,6 +1067,7 @@ impl StepInstance {
                     .reported(format!("refused its config on restart: {}", c.message)));
             }
         };
+        self.sandbox.store.data_mut().keyed.state = keyed_state;
         self.world = world;
         self.timers = timers;
         self.resource = resource;
@@ -1081,14 +1079,18 @@ impl StepInstance {
     /// step, the state changes of a call that fails or names bad rows are
     /// undone (the rows are processed again without the bad ones).
     pub fn call(&mut self, batch: &RecordBatch) -> Result<StepReply, PluginError> {
-        if self.keyed.is_none() {
+        let Some(hasher) = &self.key_hasher else {
             return self.call_process(batch);
-        }
-        self.lend_row_keys(batch)?;
+        };
+        let rows = hasher
+            .rows(batch)
+            .map_err(|e| self.sandbox.reported(format!("cannot key the batch: {e}")))?;
+        self.sandbox
+            .store
+            .data_mut()
+            .keyed
+            .begin(rows.iter().map(|row| row.data()));
         let result = self.call_process(batch);
-        let data = self.sandbox.store.data_mut();
-        data.keyed.keys.clear();
-        data.keyed.ends.clear();
         self.end_keyed_call(matches!(result, Ok(StepReply::Rows(_))))?;
         result
     }
@@ -1108,8 +1110,7 @@ impl StepInstance {
                 self.plugin_name()
             ));
         }
-        let hasher = KeyHasher::new(&self.input, key).map_err(|e| e.to_string())?;
-        self.keyed = Some(KeyedRouting { hasher });
+        self.key_hasher = Some(KeyHasher::new(&self.input, key).map_err(|e| e.to_string())?);
         self.sandbox.store.data_mut().keyed.state = Some(KeyedState::new(state_limit));
         Ok(())
     }
@@ -1119,41 +1120,10 @@ impl StepInstance {
         self.sandbox.store.data_mut().keyed.state.as_mut()
     }
 
-    /// Hand the keys of `batch`'s rows to the store and open the journal.
-    fn lend_row_keys(&mut self, batch: &RecordBatch) -> Result<(), PluginError> {
-        let Some(keyed) = &self.keyed else {
-            return Ok(());
-        };
-        let rows = keyed
-            .hasher
-            .rows(batch)
-            .map_err(|e| self.sandbox.reported(format!("cannot key the batch: {e}")))?;
-        let data = self.sandbox.store.data_mut();
-        let (keys, ends) = (&mut data.keyed.keys, &mut data.keyed.ends);
-        keys.clear();
-        ends.clear();
-        for row in rows.iter() {
-            keys.extend_from_slice(row.data());
-            ends.push(keys.len() as u32);
-        }
-        if let Some(state) = &mut data.keyed.state {
-            state.begin();
-        }
-        Ok(())
-    }
-
     /// Close the journal of a keyed call (`keep`: its changes stand), and
     /// fail if a change was refused for the state limit.
     fn end_keyed_call(&mut self, keep: bool) -> Result<(), PluginError> {
-        let Some(state) = self.sandbox.store.data_mut().keyed.state.as_mut() else {
-            return Ok(());
-        };
-        if keep {
-            state.commit();
-        } else {
-            state.rollback();
-        }
-        match state.take_refusal() {
+        match self.sandbox.store.data_mut().keyed.end(keep) {
             Some(refusal) => Err(self.sandbox.reported(refusal)),
             None => Ok(()),
         }
@@ -1163,23 +1133,25 @@ impl StepInstance {
     /// plugin's `on-timers` gets them in one call. Returns the rows it
     /// made. A failure undoes the call's changes and fails the stage.
     pub fn fire_timers(&mut self, watermark: i64) -> Result<Option<RecordBatch>, PluginError> {
-        let Some(state) = self.sandbox.store.data_mut().keyed.state.as_mut() else {
+        let keyed = &mut self.sandbox.store.data_mut().keyed;
+        if keyed.state.is_none() {
             return Ok(None);
-        };
-        state.begin();
-        let due = state.take_due(watermark);
+        }
+        // Opened before the timers are taken, so a failed call puts them
+        // back.
+        keyed.begin(std::iter::empty());
+        let due = keyed
+            .state
+            .as_mut()
+            .map(|state| state.take_due(watermark))
+            .unwrap_or_default();
         if due.is_empty() {
-            state.commit();
+            // Nothing changed, so nothing can have been refused.
+            let _ = keyed.end(true);
             return Ok(None);
         }
-        let mut keys = Vec::new();
-        let mut ends = Vec::with_capacity(due.len());
-        let mut times = Vec::with_capacity(due.len());
-        for (key, time) in &due {
-            keys.extend_from_slice(key);
-            ends.push(keys.len() as u32);
-            times.push(*time);
-        }
+        let (keys, ends) = key_list(due.iter().map(|(key, _)| key.as_ref()));
+        let times: Vec<i64> = due.iter().map(|(_, time)| *time).collect();
         let result = self.call_on_timers(&keys, &ends, &times);
         self.end_keyed_call(result.is_ok())?;
         result
@@ -1199,21 +1171,25 @@ impl StepInstance {
                 .fv_plugin_timers()
                 .call_on_timers(store, keys, ends, times)
         })?;
-        let Some(bytes) = bytes else {
-            return Ok(None);
-        };
+        bytes
+            .map(|bytes| self.output_batch(bytes).map_err(|e| e.in_call("on-timers")))
+            .transpose()
+    }
+
+    /// A batch the step returned: readable, with its declared output schema.
+    fn output_batch(&self, bytes: Vec<u8>) -> Result<RecordBatch, PluginError> {
         let out = ipc::decode_batch(bytes).map_err(|e| {
             self.sandbox
-                .reported(format!("sent an unreadable batch from on-timers: {e}"))
+                .reported(format!("sent an unreadable batch: {e}"))
         })?;
         if out.schema_ref().fields() != self.output.fields() {
             return Err(self.sandbox.reported(format!(
-                "returned a batch from on-timers with schema {} but declared {}",
+                "returned a batch with schema {} but declared {}",
                 out.schema(),
                 self.output
             )));
         }
-        Ok(Some(out))
+        Ok(out)
     }
 
     fn call_process(&mut self, batch: &RecordBatch) -> Result<StepReply, PluginError> {
@@ -1283,20 +1259,7 @@ impl StepInstance {
                 })?;
                 self.merge_columns(batch, &columns)?
             }
-            StepOutput::Batch(bytes) => {
-                let out = ipc::decode_batch(bytes).map_err(|e| {
-                    self.sandbox
-                        .reported(format!("sent an unreadable batch: {e}"))
-                })?;
-                if out.schema_ref().fields() != self.output.fields() {
-                    return Err(self.sandbox.reported(format!(
-                        "returned a batch with schema {} but declared {}",
-                        out.schema(),
-                        self.output
-                    )));
-                }
-                out
-            }
+            StepOutput::Batch(bytes) => self.output_batch(bytes)?,
         };
         Ok(StepReply::Rows(rows))
     }
@@ -1355,6 +1318,17 @@ impl StepInstance {
         }
         RecordBatch::try_new(Arc::clone(&self.output), arrays).map_err(|e| self.sandbox.reported(e))
     }
+}
+
+/// Keys in one buffer with their end offsets: the `key-list` layout of
+/// `fv:plugin/keyed-state` and of `on-timers`.
+pub(crate) fn key_list<'a>(keys: impl Iterator<Item = &'a [u8]>) -> (Vec<u8>, Vec<u32>) {
+    let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+    for key in keys {
+        bytes.extend_from_slice(key);
+        ends.push(bytes.len() as u32);
+    }
+    (bytes, ends)
 }
 
 /// Whether `plugin`'s component exports `fv:plugin/timers` (a keyed step).

@@ -2,25 +2,53 @@
 //! calls on its task's [`KeyedState`], and the keys of the rows of the
 //! call under way.
 //!
-//! The table itself belongs to the operator (it snapshots and restores
-//! it); it is lent to the store only for the length of a guarded call, so
-//! a call outside `process` and `on-timers` sees no keys and changes
-//! nothing. This module never decides what a refusal means for the run:
-//! the table remembers it and the operator stops the stage.
+//! The table sits in the store from the moment the stage is made keyed
+//! (after `open`; a re-created instance gets it back after its own
+//! `open`), so only `process` and `on-timers` reach it, each inside a
+//! journal ([`KeyedCall::begin`] / [`KeyedCall::end`]). The operator
+//! snapshots and restores it through the instance. This module never
+//! decides what a refusal means for the run: [`KeyedCall::end`] reports
+//! it and the instance fails the call.
 
 use super::bindings::keyed_state::{Host, KeyList};
+use super::instance::key_list;
 use super::sandbox::HostState;
-use crate::state::KeyedState;
+use crate::state::{KeyedState, StateLimitExceeded};
 
 /// What a keyed step's store holds for the call under way.
 #[derive(Default)]
 pub(crate) struct KeyedCall {
-    /// The task's table, while a call runs.
+    /// The task's table (`None` until the stage is made keyed).
     pub(crate) state: Option<KeyedState>,
     /// The keys of the rows of the `process` call under way (empty during
     /// `on-timers`), in one buffer with their end offsets.
-    pub(crate) keys: Vec<u8>,
-    pub(crate) ends: Vec<u32>,
+    keys: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl KeyedCall {
+    /// A call on rows with `row_keys` starts: lend the keys, open the
+    /// table's journal.
+    pub(crate) fn begin<'a>(&mut self, row_keys: impl Iterator<Item = &'a [u8]>) {
+        (self.keys, self.ends) = key_list(row_keys);
+        if let Some(state) = &mut self.state {
+            state.begin();
+        }
+    }
+
+    /// The call ended: keep its changes (`keep`) or undo them, take the
+    /// keys back, and report a change refused for the state limit.
+    pub(crate) fn end(&mut self, keep: bool) -> Option<StateLimitExceeded> {
+        self.keys.clear();
+        self.ends.clear();
+        let state = self.state.as_mut()?;
+        if keep {
+            state.commit();
+        } else {
+            state.rollback();
+        }
+        state.take_refusal()
+    }
 }
 
 /// Refusal text when the store holds no table.

@@ -30,3 +30,4 @@ macro_rules! from_wit_context {
 from_wit_context!(source_world);
 from_wit_context!(sink_world);
 from_wit_context!(step_world);
+from_wit_context!(keyed_world);

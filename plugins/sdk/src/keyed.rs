@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::__private::keyed_world::exports::fv::plugin::step as wit;
 use crate::__private::keyed_world::exports::fv::plugin::timers as wit_timers;
 use crate::__private::keyed_world::fv::plugin::types as wit_types;
-use crate::step::mask_bits;
+use crate::step::wit_process_answer;
 use crate::{ConfigError, ProcessError, StepOutput, TaskContext, config, ipc};
 
 /// A due timer: the watermark reached `time` (event time, microseconds
@@ -275,12 +275,7 @@ impl<T: KeyedStep> wit::GuestStep for KeyedStepAdapter<T> {
         input_schema: Vec<u8>,
         task: wit_types::TaskContext,
     ) -> Result<wit::Step, wit_types::ConfigError> {
-        let task = TaskContext {
-            topology: task.topology,
-            stage: task.stage,
-            task_index: task.task_index,
-            parallelism: task.parallelism,
-        };
+        let task = TaskContext::from(task);
         let to_wit = |e: ConfigError| wit_types::ConfigError {
             key: e.key,
             message: e.message,
@@ -307,33 +302,7 @@ impl<T: KeyedStep> wit::GuestStep for KeyedStepAdapter<T> {
         let batch = ipc::decode_batch(&batch)
             .map_err(|e| wit::ProcessError::Failed(format!("decoding the input batch: {e}")))?;
         let mut state = KeyedState::from_host();
-        let output = self
-            .inner
-            .borrow_mut()
-            .process(batch, &mut state)
-            .map_err(|e| match e {
-                ProcessError::BadRows(rows) => wit::ProcessError::BadRows(
-                    rows.into_iter()
-                        .map(|r| wit::RowError {
-                            row: r.row,
-                            message: r.message,
-                        })
-                        .collect(),
-                ),
-                ProcessError::Failed(message) => wit::ProcessError::Failed(message),
-            })?;
-        let encode_err = |e: arrow_schema::ArrowError| {
-            wit::ProcessError::Failed(format!("encoding the output: {e}"))
-        };
-        Ok(match output {
-            StepOutput::Keep(mask) => wit::StepOutput::Keep(mask_bits(&mask)),
-            StepOutput::Columns(batch) => {
-                wit::StepOutput::Columns(ipc::encode_batch(&batch).map_err(encode_err)?)
-            }
-            StepOutput::Batch(batch) => {
-                wit::StepOutput::Batch(ipc::encode_batch(&batch).map_err(encode_err)?)
-            }
-        })
+        wit_process_answer!(wit, self.inner.borrow_mut().process(batch, &mut state))
     }
 }
 

@@ -123,35 +123,44 @@ impl<T: Step> wit::GuestStep for StepAdapter<T> {
     fn process(&self, batch: Vec<u8>) -> Result<wit::StepOutput, wit::ProcessError> {
         let batch = ipc::decode_batch(&batch)
             .map_err(|e| wit::ProcessError::Failed(format!("decoding the input batch: {e}")))?;
-        let output = self
-            .inner
-            .borrow_mut()
-            .process(batch)
-            .map_err(|e| match e {
-                ProcessError::BadRows(rows) => wit::ProcessError::BadRows(
-                    rows.into_iter()
-                        .map(|r| wit::RowError {
-                            row: r.row,
-                            message: r.message,
-                        })
-                        .collect(),
-                ),
-                ProcessError::Failed(message) => wit::ProcessError::Failed(message),
-            })?;
-        let encode_err = |e: arrow_schema::ArrowError| {
-            wit::ProcessError::Failed(format!("encoding the output: {e}"))
-        };
-        Ok(match output {
-            StepOutput::Keep(mask) => wit::StepOutput::Keep(mask_bits(&mask)),
-            StepOutput::Columns(batch) => {
-                wit::StepOutput::Columns(ipc::encode_batch(&batch).map_err(encode_err)?)
-            }
-            StepOutput::Batch(batch) => {
-                wit::StepOutput::Batch(ipc::encode_batch(&batch).map_err(encode_err)?)
-            }
-        })
+        wit_process_answer!(wit, self.inner.borrow_mut().process(batch))
     }
 }
+
+/// The answer of a `process` call in a world's generated WIT types
+/// (`$wit`: the step world's or the keyed step world's `step` interface,
+/// the same shapes under two names): the error as the world's
+/// `process-error`, the output encoded as its `step-output`.
+macro_rules! wit_process_answer {
+    ($wit:ident, $result:expr) => {{
+        let output = $result.map_err(|e| match e {
+            $crate::ProcessError::BadRows(rows) => $wit::ProcessError::BadRows(
+                rows.into_iter()
+                    .map(|r| $wit::RowError {
+                        row: r.row,
+                        message: r.message,
+                    })
+                    .collect(),
+            ),
+            $crate::ProcessError::Failed(message) => $wit::ProcessError::Failed(message),
+        })?;
+        let encode_err = |e: arrow_schema::ArrowError| {
+            $wit::ProcessError::Failed(format!("encoding the output: {e}"))
+        };
+        Ok(match output {
+            $crate::StepOutput::Keep(mask) => {
+                $wit::StepOutput::Keep($crate::step::mask_bits(&mask))
+            }
+            $crate::StepOutput::Columns(batch) => {
+                $wit::StepOutput::Columns($crate::ipc::encode_batch(&batch).map_err(encode_err)?)
+            }
+            $crate::StepOutput::Batch(batch) => {
+                $wit::StepOutput::Batch($crate::ipc::encode_batch(&batch).map_err(encode_err)?)
+            }
+        })
+    }};
+}
+pub(crate) use wit_process_answer;
 
 /// Pack a boolean mask as Arrow-order bits, nulls as `false`.
 pub(crate) fn mask_bits(mask: &BooleanArray) -> Vec<u8> {

@@ -35,24 +35,22 @@ impl KeyedWasmStep {
         stage: &str,
         instance: StepInstance,
         format: String,
-        mut ctx: StateContext,
+        ctx: StateContext,
     ) -> Result<Self, TaskError> {
-        let mut step = WasmStep::new(stage, instance);
-        let (batches, watermark) = ctx.take_restored().map_err(|m| ctx.error(m))?;
-        let vnodes = ctx.vnodes;
-        let state = step
-            .instance_mut()
-            .keyed_state()
-            .ok_or_else(|| ctx.error("the step instance is not keyed"))?;
-        for batch in &batches {
-            state.restore(batch, vnodes).map_err(|e| ctx.error(e))?;
-        }
-        Ok(KeyedWasmStep {
-            step,
+        let mut op = KeyedWasmStep {
+            step: WasmStep::new(stage, instance),
             format,
-            watermark,
+            watermark: None,
             ctx,
-        })
+        };
+        let (batches, watermark) = op.ctx.take_restored().map_err(|m| op.ctx.error(m))?;
+        op.watermark = watermark;
+        let vnodes = op.ctx.vnodes;
+        for batch in &batches {
+            let restored = op.state()?.restore(batch, vnodes);
+            restored.map_err(|e| op.ctx.error(e))?;
+        }
+        Ok(op)
     }
 
     fn state(&mut self) -> Result<&mut KeyedState, TaskError> {
