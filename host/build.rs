@@ -21,6 +21,7 @@ const PLUGINS: &[&str] = &[
     "kafka-source",
     "kafka-sink",
     "test-step",
+    "test-keyed-step",
     "source-v0-3",
     "test-source",
     "test-sink",

@@ -10,6 +10,57 @@ use std::collections::BTreeMap;
 
 use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments};
 
+/// Words (a, b, c, bad, boom) → `test-keyed-step` keyed by word on two
+/// tasks, counting rows per word in host state and emitting the counts at
+/// the end → JSON lines; poison rows → `rejects`.
+fn counting(s: &Scratch, config: &str) -> String {
+    let mut csv = String::from("word,at\n");
+    for i in 0..300 {
+        let word = match i % 10 {
+            0..=3 => "a",
+            4..=6 => "b",
+            7 => "c",
+            8 => "bad",
+            _ => "boom",
+        };
+        csv.push_str(&format!("{word},2024-01-01T00:00:{:02}\n", i / 10));
+    }
+    s.write("data/words.csv", &csv);
+    let wasm = std::path::Path::new(env!("FV_PLUGIN_DIR")).join("test_keyed_step.wasm");
+    format!(
+        r#"
+name = "counting"
+dead_letter = "rejects"
+batch_size = 64
+
+[sources.words]
+plugin = "file-source"
+allow_read = ["data"]
+config = {{ path = "data/words.csv", columns = ["word:utf8", "at:timestamp"] }}
+watermark = {{ column = "at" }}
+
+[stages.counts]
+input = "words"
+path = "{}"
+key = ["word"]
+parallelism = 2
+config = {{ {config} }}
+
+[sinks.out]
+input = "counts"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out", format = "jsonl" }}
+
+[sinks.rejects]
+plugin = "file-sink"
+allow_write = ["rejects"]
+config = {{ path = "rejects", format = "jsonl" }}
+"#,
+        wasm.display()
+    )
+}
+
 /// Nexmark bids from two generator tasks → bidder as a string `card` →
 /// velocity-check keyed by card (PARALLELISM tasks) → alerts with the time
 /// as integer microseconds → JSON lines.
@@ -238,4 +289,55 @@ fn a_key_on_the_wrong_kind_of_plugin_is_refused_before_anything_runs() {
         "{}",
         run.stderr
     );
+}
+
+/// The step changes the state of every row before it names poison rows
+/// or traps: the counts are right only because the host undoes a failed
+/// call's changes before it runs the other rows again.
+#[test]
+fn a_failed_or_poisoned_call_leaves_no_trace_in_keyed_state() {
+    for (config, poison) in [
+        ("bad_word = \"bad\"", "bad"),
+        ("trap_word = \"boom\"", "boom"),
+    ] {
+        let s = Scratch::new();
+        s.write("t.toml", &counting(&s, config));
+        let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+        assert_exit(&run, 0);
+        let mut expected = vec![
+            r#"{"word":"a","rows":120}"#.to_string(),
+            r#"{"word":"b","rows":90}"#.to_string(),
+            r#"{"word":"c","rows":30}"#.to_string(),
+        ];
+        let other = if poison == "bad" { "boom" } else { "bad" };
+        expected.push(format!(r#"{{"word":"{other}","rows":30}}"#));
+        expected.sort();
+        assert_eq!(s.output_lines("out"), expected, "{config}");
+        assert_eq!(
+            s.output_lines("rejects").len(),
+            30,
+            "{config}: the poison rows"
+        );
+        assert!(
+            s.output_lines("rejects")
+                .iter()
+                .all(|l| l.contains(&format!(r#"\"word\":\"{poison}\""#))),
+            "{config}: {:?}",
+            s.output_lines("rejects").first()
+        );
+    }
+}
+
+#[test]
+fn a_failing_on_timers_stops_the_run_with_the_plugins_words() {
+    let s = Scratch::new();
+    s.write("t.toml", &counting(&s, "fail_timers = true"));
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("on-timers") && run.stderr.contains("fail_timers: refusing"),
+        "{}",
+        run.stderr
+    );
+    assert!(s.output_lines("out").is_empty(), "no counts were committed");
 }

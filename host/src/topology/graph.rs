@@ -174,7 +174,8 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
     }
 }
 
-/// A window stage fires on watermarks: every source upstream of it must
+/// A window stage (or a keyed step's timers) fires on watermarks: every
+/// source upstream of it must
 /// declare one, or its windows would fire only when a bounded source ends
 /// — and never, with state growing forever, on an unbounded one.
 fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
@@ -199,16 +200,22 @@ fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnosti
         }
         if !missing.is_empty() {
             let names: Vec<&str> = missing.into_iter().collect();
-            let field = match stage.kind {
-                StageKind::Session(_) => "session",
-                StageKind::Join(_) => "join",
-                _ => "window",
+            let (field, what) = match stage.kind {
+                StageKind::Session(_) => (
+                    "session",
+                    "a session fires when the watermark passes its end",
+                ),
+                StageKind::Join(_) => ("join", "a join fires when the watermark passes its end"),
+                StageKind::KeyedStep(_) => (
+                    "key",
+                    "a keyed step's timers fire when the watermark passes their time",
+                ),
+                _ => ("window", "a window fires when the watermark passes its end"),
             };
             errors.push(t.source_map.at_key(
                 &format!("stages.{}.{field}", stage.name),
                 format!(
-                    "a {} fires when the watermark passes its end, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
-                    field,
+                    "{what}, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
                     names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
                     if names.len() == 1 { "it" } else { "each" }
                 ),

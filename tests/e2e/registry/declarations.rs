@@ -2,7 +2,7 @@
 //! contract it was built for, the world its metadata claims, the
 //! capabilities a topology may grant it and the schema of its config.
 
-use super::{fvhost, patched_step, topology};
+use super::{fvhost, patched_step, patched_step_all, topology};
 use crate::support::{Scratch, assert_exit};
 
 #[test]
@@ -34,6 +34,41 @@ fn a_plugin_built_for_another_contract_is_refused_naming_both_versions() {
         publish.stderr.contains("fv:plugin 0.9.0"),
         "{}",
         publish.stderr
+    );
+}
+
+/// 0.4.1 only added the keyed step world: a component built for 0.4.0
+/// (its names and metadata patched back) links and runs as before.
+#[test]
+fn a_plugin_built_for_contract_0_4_0_still_runs() {
+    let s = Scratch::new();
+    let wasm = patched_step_all(
+        &s,
+        "older.wasm",
+        &[("@0.4.1", "@0.4.0"), ("contract=0.4.1", "contract=0.4.0")],
+    );
+    let wasm = wasm.to_str().expect("utf-8");
+    let inspect = fvhost(&s, &["plugin", "inspect", wasm]);
+    assert_exit(&inspect, 0);
+    assert!(
+        inspect
+            .stdout
+            .contains("fv:plugin 0.4.0 (this host supports 0.4.1)")
+            && inspect.stdout.contains("fv:plugin/step@0.4.0")
+            && !inspect.stdout.contains("@0.4.1"),
+        "{}",
+        inspect.stdout
+    );
+    s.write(
+        "t.toml",
+        &topology("local:x").replace("plugin = \"local:x\"", &format!("path = \"{wasm}\"")),
+    );
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    assert_eq!(
+        s.output_lines("out").len(),
+        10,
+        "prices 90..=99 pass the filter"
     );
 }
 

@@ -166,14 +166,21 @@ fn unknown_packages_and_bad_requirements_name_the_key() {
 /// The test step with every occurrence of `from` replaced by `to` (same
 /// length, so the component stays well-formed), written to `name`.
 fn patched_step(s: &Scratch, name: &str, from: &str, to: &str) -> std::path::PathBuf {
-    assert_eq!(from.len(), to.len(), "same-length patches only");
+    patched_step_all(s, name, &[(from, to)])
+}
+
+/// The test step with every occurrence of each `(from, to)` replaced.
+fn patched_step_all(s: &Scratch, name: &str, patches: &[(&str, &str)]) -> std::path::PathBuf {
     let mut bytes = std::fs::read(test_step_wasm()).expect("test step");
-    let at: Vec<usize> = (0..bytes.len().saturating_sub(from.len()))
-        .filter(|&i| &bytes[i..i + from.len()] == from.as_bytes())
-        .collect();
-    assert!(!at.is_empty(), "`{from}` in the component");
-    for i in at {
-        bytes[i..i + from.len()].copy_from_slice(to.as_bytes());
+    for (from, to) in patches {
+        assert_eq!(from.len(), to.len(), "same-length patches only");
+        let at: Vec<usize> = (0..bytes.len().saturating_sub(from.len()))
+            .filter(|&i| &bytes[i..i + from.len()] == from.as_bytes())
+            .collect();
+        assert!(!at.is_empty(), "`{from}` in the component");
+        for i in at {
+            bytes[i..i + from.len()].copy_from_slice(to.as_bytes());
+        }
     }
     let path = s.path().join(name);
     std::fs::write(&path, bytes).expect("write");
