@@ -283,17 +283,25 @@ impl KeyedStep for VelocityCheck {
         state: &mut KeyedState,
     ) -> Result<Option<RecordBatch>, String> {
         let (mut keys, mut times, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        // Timers come in time order, a key's interleaved with the others':
+        // each key's state is read once and written once per call.
+        let mut loaded: HashMap<Vec<u8>, Seen> = HashMap::new();
         for timer in timers {
-            let mut seen = load(state, &timer.key)?;
+            let seen = match loaded.entry(timer.key) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let seen = load(state, e.key())?;
+                    e.insert(seen)
+                }
+            };
             let t = timer.time;
-            let at_t = seen.times.iter().filter(|x| **x == t).count();
-            let recent = seen
-                .times
-                .iter()
-                .filter(|x| **x > t - self.within && **x <= t)
-                .count() as i64;
+            // The times are sorted: (t - within, t] is a range of them.
+            let first = seen.times.partition_point(|x| *x <= t - self.within);
+            let at_t = seen.times.partition_point(|x| *x < t);
+            let end = seen.times.partition_point(|x| *x <= t);
+            let recent = (end - first) as i64;
             if recent > self.max_events {
-                for _ in 0..at_t {
+                for _ in at_t..end {
                     keys.push(seen.value.clone());
                     times.push(t);
                     counts.push(recent);
@@ -301,11 +309,13 @@ impl KeyedStep for VelocityCheck {
             }
             // Later timers of this key are at t or after: older times no
             // longer count.
-            seen.times.retain(|x| *x > t - self.within);
+            seen.times.drain(..first);
+        }
+        for (key, seen) in &loaded {
             if seen.times.is_empty() {
-                state.delete(&timer.key);
+                state.delete(key);
             } else {
-                state.put(&timer.key, &seen.encode())?;
+                state.put(key, &seen.encode())?;
             }
         }
         if keys.is_empty() {
