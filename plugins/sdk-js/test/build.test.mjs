@@ -19,7 +19,7 @@ test('the bundle holds the plugin and the glue, and imports only the host', asyn
   assert.match(js, /PoisonRows = class extends RowStep/);
   assert.match(js, /export \{\s*step\s*\}/);
   const imports = [...js.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1]);
-  assert.deepEqual(imports, ['fv:plugin/log@0.4.0']);
+  assert.deepEqual(imports, ['fv:plugin/log@0.4.1']);
 });
 
 test('the line map leads from the bundle back to the plugin source', async () => {
