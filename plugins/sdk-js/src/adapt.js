@@ -6,7 +6,67 @@ import { RecordBatch, Schema, Table } from 'apache-arrow';
 
 import { ConfigError, parseConfig } from './config.js';
 import { describe, IpcError, maskBits, readSchema, writeBatch, writeSchema } from './ipc.js';
-import { Columns, describeError, exported, Keep, ProcessError } from './plugin.js';
+import { error as logError } from './log.js';
+import { Columns, describeError, exported, Keep, ProcessError, TaskContext } from './plugin.js';
+
+/**
+ * `result<T, string>`: the value of `f()`, or the error described.
+ * @param {() => unknown} f
+ */
+export function result(f) {
+  try {
+    return { tag: 'ok', val: f() };
+  } catch (e) {
+    return { tag: 'err', val: describeError(e) };
+  }
+}
+
+/**
+ * The WIT `open` of a resource: `Glue` around the opened instance of the
+ * class exported as `kind`, or the config error.
+ * @param {Function} Glue the glue class (its constructor takes the instance)
+ * @param {'step' | 'source' | 'sink'} kind
+ * @param {string} config
+ * @param {Uint8Array | null} inputSchema null for a source
+ * @param {{ topology: string, stage: string, taskIndex: number, parallelism: number }} task
+ */
+export function open(Glue, kind, config, inputSchema, task) {
+  const ctx = new TaskContext(task.topology, task.stage, task.taskIndex, task.parallelism);
+  try {
+    return new Glue(openInstance(kind, config, inputSchema, ctx));
+  } catch (e) {
+    return { tag: 'err', val: configErrorOf(e) };
+  }
+}
+
+/**
+ * The WIT `input-columns` of an instance. A trap would say less: when it
+ * throws, read every column, and log why.
+ * @param {{ inputColumns(): unknown }} inner
+ */
+export function inputColumnsOf(inner) {
+  try {
+    return columns(inner.inputColumns());
+  } catch (e) {
+    logError(`inputColumns failed, reading every column: ${describeError(e)}`);
+    return undefined;
+  }
+}
+
+/**
+ * The schema an instance's `method` returns, as IPC bytes. When it throws:
+ * empty bytes, which the host refuses naming the stage; the log says why.
+ * @param {object} inner
+ * @param {'schema' | 'outputSchema'} method
+ */
+export function schemaOf(inner, method) {
+  try {
+    return schemaBytes(inner[method](), method);
+  } catch (e) {
+    logError(`${method} failed: ${describeError(e)}`);
+    return new Uint8Array(0);
+  }
+}
 
 /**
  * Parse the config and the input schema and construct the exported class.

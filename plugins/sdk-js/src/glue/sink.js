@@ -5,19 +5,9 @@ import { log } from 'fv:plugin/log@0.4.1';
 
 import * as adapt from '../adapt.js';
 import { readBatch } from '../ipc.js';
-import { error as logError, setLogSink } from '../log.js';
-import { describeError, TaskContext } from '../plugin.js';
+import { setLogSink } from '../log.js';
 
 setLogSink(log);
-
-/** `result<T, string>`: the value of `f()`, or the error described. */
-function call(f) {
-  try {
-    return { tag: 'ok', val: f() };
-  } catch (e) {
-    return { tag: 'err', val: describeError(e) };
-  }
-}
 
 class Sink {
   constructor(inner) {
@@ -25,41 +15,31 @@ class Sink {
   }
 
   static open(config, inputSchema, task) {
-    const ctx = new TaskContext(task.topology, task.stage, task.taskIndex, task.parallelism);
-    try {
-      return new Sink(adapt.openInstance('sink', config, inputSchema, ctx));
-    } catch (e) {
-      return { tag: 'err', val: adapt.configErrorOf(e) };
-    }
+    return adapt.open(Sink, 'sink', config, inputSchema, task);
   }
 
   inputColumns() {
-    try {
-      return adapt.columns(this.inner.inputColumns());
-    } catch (e) {
-      logError(`inputColumns failed, reading every column: ${describeError(e)}`);
-      return undefined;
-    }
+    return adapt.inputColumnsOf(this.inner);
   }
 
   write(bytes) {
-    return call(() => {
+    return adapt.result(() => {
       this.inner.write(readBatch(bytes));
     });
   }
 
   prepare(epoch) {
-    return call(() => adapt.bytesOf(this.inner.prepare(epoch), 'prepare'));
+    return adapt.result(() => adapt.bytesOf(this.inner.prepare(epoch), 'prepare'));
   }
 
   commit(epoch, handle) {
-    return call(() => {
+    return adapt.result(() => {
       this.inner.commit(epoch, handle);
     });
   }
 
   abort(epoch) {
-    return call(() => {
+    return adapt.result(() => {
       this.inner.abort(epoch);
     });
   }

@@ -7,20 +7,11 @@ import { log } from 'fv:plugin/log@0.4.1';
 import * as adapt from '../adapt.js';
 import { describe, writeBatch } from '../ipc.js';
 import { error as logError, setLogSink } from '../log.js';
-import { describeError, FINISHED, Filter, IDLE, PollBatch, Scan, SplitPosition, TaskContext } from '../plugin.js';
+import { describeError, FINISHED, Filter, IDLE, PollBatch, Scan, SplitPosition } from '../plugin.js';
 
 setLogSink(log);
 
 const OPS = { eq: '=', 'not-eq': '<>', lt: '<', 'lt-eq': '<=', gt: '>', 'gt-eq': '>=' };
-
-/** `result<T, string>`: the value of `f()`, or the error described. */
-function call(f) {
-  try {
-    return { tag: 'ok', val: f() };
-  } catch (e) {
-    return { tag: 'err', val: describeError(e) };
-  }
-}
 
 const positionsIn = (positions) => positions.map((p) => new SplitPosition(p.split, p.position));
 
@@ -30,26 +21,15 @@ class Source {
   }
 
   static open(config, task) {
-    const ctx = new TaskContext(task.topology, task.stage, task.taskIndex, task.parallelism);
-    try {
-      return new Source(adapt.openInstance('source', config, null, ctx));
-    } catch (e) {
-      return { tag: 'err', val: adapt.configErrorOf(e) };
-    }
+    return adapt.open(Source, 'source', config, null, task);
   }
 
   schema() {
-    try {
-      return adapt.schemaBytes(this.inner.schema(), 'schema');
-    } catch (e) {
-      // The host refuses an empty schema, naming the stage; the log says why.
-      logError(`schema failed: ${describeError(e)}`);
-      return new Uint8Array(0);
-    }
+    return adapt.schemaOf(this.inner, 'schema');
   }
 
   pushDown(request) {
-    return call(() => {
+    return adapt.result(() => {
       const filters = request.filters.map((f) => new Filter(f.column, OPS[f.op], f.value.val));
       this.inner.pushDown(new Scan(request.columns ?? null, filters));
       return adapt.schemaBytes(this.inner.schema(), 'schema');
@@ -66,19 +46,19 @@ class Source {
   }
 
   restore(positions) {
-    return call(() => {
+    return adapt.result(() => {
       this.inner.restore(positionsIn(positions));
     });
   }
 
   committed(epoch, positions) {
-    return call(() => {
+    return adapt.result(() => {
       this.inner.committed(epoch, positionsIn(positions));
     });
   }
 
   poll(maxRows) {
-    return call(() => {
+    return adapt.result(() => {
       const result = this.inner.poll(maxRows);
       if (result === IDLE) return { tag: 'idle' };
       if (result === FINISHED) return { tag: 'finished' };

@@ -6,8 +6,8 @@ import { log } from 'fv:plugin/log@0.4.1';
 
 import * as adapt from '../adapt.js';
 import { readBatch } from '../ipc.js';
-import { error as logError, setLogSink } from '../log.js';
-import { BadRows, describeError, TaskContext } from '../plugin.js';
+import { setLogSink } from '../log.js';
+import { BadRows, describeError } from '../plugin.js';
 
 setLogSink(log);
 
@@ -17,32 +17,15 @@ class Step {
   }
 
   static open(config, inputSchema, task) {
-    const ctx = new TaskContext(task.topology, task.stage, task.taskIndex, task.parallelism);
-    try {
-      return new Step(adapt.openInstance('step', config, inputSchema, ctx));
-    } catch (e) {
-      return { tag: 'err', val: adapt.configErrorOf(e) };
-    }
+    return adapt.open(Step, 'step', config, inputSchema, task);
   }
 
   inputColumns() {
-    try {
-      return adapt.columns(this.inner.inputColumns());
-    } catch (e) {
-      // A trap would say less: read every column, and say why.
-      logError(`inputColumns failed, reading every column: ${describeError(e)}`);
-      return undefined;
-    }
+    return adapt.inputColumnsOf(this.inner);
   }
 
   outputSchema() {
-    try {
-      return adapt.schemaBytes(this.inner.outputSchema(), 'outputSchema');
-    } catch (e) {
-      // The host refuses an empty schema, naming the stage; the log says why.
-      logError(`outputSchema failed: ${describeError(e)}`);
-      return new Uint8Array(0);
-    }
+    return adapt.schemaOf(this.inner, 'outputSchema');
   }
 
   process(bytes) {
