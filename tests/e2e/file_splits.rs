@@ -106,6 +106,20 @@ fn runs_killed_mid_range_and_resumed_with_another_parallelism_commit_every_row_o
     // 400 batches at 10 ms: about 4 s of work, more than the kills take.
     let parallelisms = [2, 3, 1, 2];
     s.write("t.toml", &topology(parallelisms[0], 40_000, 10));
+    // The first kill waits for a checkpoint, so the harness always tests a
+    // resume: on a loaded machine all three random kills could otherwise
+    // land before the first manifest.
+    let mut first = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s.files(".fvhost/splits/manifests").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline && first.try_wait().ok().flatten().is_none(),
+            "the first run checkpoints before it ends (seed {seed})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    first.kill().expect("SIGKILL");
+    let _ = first.wait();
     kill_at_random_moments(
         &s,
         &["run", "t.toml", "--no-progress"],
