@@ -211,6 +211,8 @@ pub fn manifest(data: &[u8]) {
         key: "fuzz".into(),
         sha256: hex::encode(Sha256::digest(data)),
         bytes: data.len() as u64,
+        epoch: 1,
+        delta: false,
     };
     if let Ok(batches) = StateSnapshot::decode(&object, data) {
         for batch in &batches {

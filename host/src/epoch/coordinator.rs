@@ -73,8 +73,9 @@ pub enum Ack {
         epoch: u64,
         /// What the state means (see [`StageState::format`]).
         format: String,
-        /// The object it wrote.
-        object: StateObject,
+        /// The objects its state is made of: its last full snapshot and the
+        /// deltas since, this epoch's last.
+        objects: Vec<StateObject>,
     },
     /// A bounded source task drained its splits.
     SourceFinished,
@@ -252,7 +253,7 @@ impl Coordinator {
                     stage,
                     epoch,
                     format,
-                    object,
+                    objects,
                 }) => {
                     if let Some(e) = pending.get_mut(&epoch) {
                         e.state_acks += 1;
@@ -263,7 +264,7 @@ impl Coordinator {
                                 objects: Vec::new(),
                             })
                             .objects
-                            .push(object);
+                            .extend(objects);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

@@ -533,8 +533,9 @@ impl EpochStore {
         self.delete(&Self::manifest_key(epoch))
     }
 
-    /// Keep the newest `keep` manifests and the state they name; delete
-    /// older ones.
+    /// Keep the newest `keep` manifests and the state they name (a
+    /// manifest may name objects of earlier epochs: a full snapshot and
+    /// the deltas since); delete older ones.
     pub fn retain(&self, keep: usize) -> Result<(), EpochError> {
         let epochs = self.epochs()?;
         let excess = epochs.len().saturating_sub(keep.max(1));
@@ -544,8 +545,16 @@ impl EpochStore {
         for &epoch in &epochs[..excess] {
             self.delete(&Self::manifest_key(epoch))?;
         }
+        let mut needed_from = oldest_kept;
+        for &epoch in &epochs[excess..] {
+            let manifest = self.read_manifest(epoch)?;
+            let objects = manifest.state.values().flat_map(|s| &s.objects);
+            for object in objects.filter(|o| o.epoch > 0) {
+                needed_from = needed_from.min(object.epoch);
+            }
+        }
         for epoch in self.state_epochs()? {
-            if epoch < oldest_kept {
+            if epoch < needed_from {
                 self.delete_prefix(&format!("{STATE}/{PREFIX}{epoch:020}"))?;
             }
         }
@@ -611,6 +620,8 @@ mod tests {
                         key: state_key,
                         sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(state)),
                         bytes: state.len() as u64,
+                        epoch,
+                        delta: false,
                     }],
                 },
             )]),
@@ -659,6 +670,41 @@ mod tests {
         store.clear().expect("clear");
         assert!(store.epochs().expect("epochs").is_empty());
         assert!(store.state_epochs().expect("state").is_empty());
+    }
+
+    /// A manifest naming a full snapshot of an earlier epoch and the
+    /// deltas since keeps them all through `retain`; state no kept
+    /// manifest names goes.
+    #[test]
+    fn retain_keeps_the_earlier_objects_a_kept_manifest_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("open");
+        let key = |e: u64| EpochStore::state_key(e, "agg", 0, VnodeRange::all());
+        for e in 1..=5 {
+            store.put(&key(e), vec![e as u8]).expect("state");
+            let mut m = manifest(e, key(e), &[e as u8]);
+            if e >= 3 {
+                // Epochs 3.. are the full snapshot of 3 and deltas since.
+                let chain = (3..=e).map(|c| StateObject {
+                    key: key(c),
+                    sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest([c as u8])),
+                    epoch: c,
+                    delta: c > 3,
+                    ..m.state["agg"].objects[0].clone()
+                });
+                m.state.get_mut("agg").expect("agg").objects = chain.collect();
+            }
+            store.write(&m).expect("write");
+        }
+        store.retain(1).expect("retain");
+        assert_eq!(store.epochs().expect("epochs"), vec![5]);
+        assert_eq!(store.state_epochs().expect("state"), vec![3, 4, 5]);
+        let restored = newest_restorable(&store).expect("restore").expect("some");
+        let bytes: Vec<Vec<u8>> = restored.state["agg"]
+            .iter()
+            .map(|(_, b)| b.clone())
+            .collect();
+        assert_eq!(bytes, vec![vec![3], vec![4], vec![5]]);
     }
 
     #[test]

@@ -18,7 +18,14 @@ use arrow::datatypes::Schema;
 use super::operator::TaskError;
 use super::operators::rows::{lowest_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
-use crate::state::{StateObject, StateSnapshot, VnodeRange};
+use crate::state::{
+    SnapshotKind, StateError, StateFormat, StateObject, StateSnapshot, StateTable, ValueCodec,
+    VnodeRange,
+};
+
+/// Restored snapshot batches in epoch order, each with the vnodes its
+/// writer owned, and the lowest watermark among them.
+pub type RestoredBatches = (Vec<(RecordBatch, VnodeRange)>, Option<i64>);
 
 /// One stateful task's link to the epoch store.
 pub struct StateContext {
@@ -31,6 +38,11 @@ pub struct StateContext {
     /// State objects of the restored epoch whose vnodes overlap this task's
     /// (checksums verified); rows outside `vnodes` belong to other tasks.
     pub restored: Vec<(StateObject, Vec<u8>)>,
+    /// The objects this task's state is made of since its last full
+    /// snapshot: that snapshot, then one delta per epoch.
+    chain: Vec<StateObject>,
+    /// Epochs per chain: a full snapshot every this many.
+    full_every: usize,
     store: EpochStore,
     acks: Sender<Ack>,
     control: Arc<RunControl>,
@@ -48,21 +60,32 @@ impl StateContext {
         control: Arc<RunControl>,
     ) -> Self {
         let vnodes = VnodeRange::of_task(task as usize, parallelism);
-        // Copy only the objects this task needs, not the whole stage's.
-        let restored = restored
+        // Copy only the objects this task needs, not the whole stage's; in
+        // epoch order, so each delta lands on the state before it.
+        let mut restored: Vec<(StateObject, Vec<u8>)> = restored
             .iter()
             .filter(|(o, _)| o.vnodes.overlaps(&vnodes))
             .cloned()
             .collect();
+        restored.sort_by_key(|(o, _)| o.epoch);
         StateContext {
             stage: stage.to_string(),
             task,
             vnodes,
             restored,
+            chain: Vec::new(),
+            full_every: 1,
             store,
             acks,
             control,
         }
+    }
+
+    /// Write a full snapshot every `epochs` epochs and only the changes
+    /// in between (1: always full).
+    pub fn with_full_every(mut self, epochs: usize) -> Self {
+        self.full_every = epochs.max(1);
+        self
     }
 
     /// A failure of this task's stage.
@@ -73,16 +96,87 @@ impl StateContext {
         }
     }
 
+    /// A failure of this task's state table.
+    pub fn state_error(&self, source: StateError) -> TaskError {
+        TaskError::StateTable {
+            stage: self.stage.clone(),
+            source,
+        }
+    }
+
+    /// An empty table for this task's vnodes, filled with the state
+    /// restored for them (and the watermark it was saved at).
+    pub fn restore_table<C: ValueCodec>(
+        &mut self,
+        codec: C,
+        scope_column: Option<&'static str>,
+    ) -> Result<StateTable<C>, TaskError> {
+        let mut table = StateTable::new(codec, scope_column, self.vnodes);
+        let (batches, watermark) = self.take_restored().map_err(|m| self.error(m))?;
+        for (batch, written_for) in &batches {
+            table
+                .restore(batch, *written_for)
+                .map_err(|e| self.state_error(e))?;
+        }
+        table.restore_watermark(watermark);
+        Ok(table)
+    }
+
+    /// Encode all of `table` as this task's state of `epoch`.
+    pub fn snapshot<C: ValueCodec>(
+        &self,
+        epoch: u64,
+        table: &StateTable<C>,
+    ) -> Result<StateSnapshot, TaskError> {
+        self.snapshot_as(epoch, table, SnapshotKind::Full)
+    }
+
+    fn snapshot_as<C: ValueCodec>(
+        &self,
+        epoch: u64,
+        table: &StateTable<C>,
+        kind: SnapshotKind,
+    ) -> Result<StateSnapshot, TaskError> {
+        let columns = table
+            .snapshot_columns(kind)
+            .map_err(|e| self.state_error(e))?;
+        self.encode(
+            epoch,
+            table.snapshot_schema(kind),
+            table.watermark(),
+            columns,
+        )
+    }
+
+    /// Snapshot `table` as the state of `epoch` — whole at the start of a
+    /// chain, else only what changed since the previous epoch — and hand
+    /// it off.
+    pub fn checkpoint<C: ValueCodec>(
+        &mut self,
+        epoch: u64,
+        format: &StateFormat,
+        table: &mut StateTable<C>,
+    ) -> Result<(), TaskError> {
+        let kind = match self.chain.is_empty() || self.chain.len() >= self.full_every {
+            true => SnapshotKind::Full,
+            false => SnapshotKind::Delta,
+        };
+        let snapshot = self.snapshot_as(epoch, table, kind)?;
+        table.mark_saved();
+        self.send(epoch, format.id(), snapshot, kind);
+        Ok(())
+    }
+
     /// Take the restored objects, decoded: their batches and the lowest
     /// watermark they were taken at (tasks may have been at different
     /// ones; the lowest re-fires nothing, as fired state is in none).
-    pub fn take_restored(&mut self) -> Result<(Vec<RecordBatch>, Option<i64>), String> {
+    pub fn take_restored(&mut self) -> Result<RestoredBatches, String> {
         let mut batches = Vec::new();
         let mut watermark = None;
         for (object, bytes) in std::mem::take(&mut self.restored) {
             for batch in StateSnapshot::decode(&object, &bytes).map_err(|e| e.to_string())? {
                 watermark = lowest_watermark(watermark, &batch);
-                batches.push(batch);
+                batches.push((batch, object.vnodes));
             }
         }
         Ok((batches, watermark))
@@ -104,9 +198,15 @@ impl StateContext {
         StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.error(e))
     }
 
-    /// Hand the encoded state of `epoch` off to the epoch store. `format`
-    /// describes the state's meaning (checked on restore).
-    pub fn hand_off(&self, epoch: u64, format: &str, snapshot: StateSnapshot) {
+    /// Hand the encoded state of `epoch` (all of it) off to the epoch
+    /// store. `format` describes the state's meaning (checked on restore).
+    pub fn hand_off(&mut self, epoch: u64, format: &str, snapshot: StateSnapshot) {
+        self.send(epoch, format, snapshot, SnapshotKind::Full);
+    }
+
+    /// Write `snapshot` in the background; once durable, acknowledge the
+    /// epoch with the task's chain of objects, `snapshot`'s last.
+    fn send(&mut self, epoch: u64, format: &str, snapshot: StateSnapshot, kind: SnapshotKind) {
         let key = EpochStore::state_key(epoch, &self.stage, self.task, self.vnodes);
         let object = StateObject {
             task: self.task,
@@ -114,7 +214,14 @@ impl StateContext {
             key: key.clone(),
             sha256: snapshot.sha256,
             bytes: snapshot.bytes.len() as u64,
+            epoch,
+            delta: kind == SnapshotKind::Delta,
         };
+        if kind == SnapshotKind::Full {
+            self.chain.clear();
+        }
+        self.chain.push(object);
+        let objects = self.chain.clone();
         let acks = self.acks.clone();
         let control = Arc::clone(&self.control);
         let stage = self.stage.clone();
@@ -131,7 +238,7 @@ impl StateContext {
                             stage,
                             epoch,
                             format,
-                            object,
+                            objects,
                         });
                     }
                     Err(e) => control.fail(format!(

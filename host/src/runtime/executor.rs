@@ -15,7 +15,7 @@ use super::edge::{ChannelGauge, EdgeGauge, EdgeSender};
 use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
-use super::operators::{KeyedWasmStep, LookupJoin, SinkWriter, SqlStage, WasmStep, commit_durable};
+use super::operators::{SinkWriter, commit_durable};
 use super::plan::{Plan, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
@@ -296,6 +296,7 @@ pub fn run(
         }
     }
     let mut state_tasks = 0;
+    let full_every = settings.checkpoint_full_every;
     for stage in plan.stages {
         let m = metric(&stage.name);
         let stage_parallelism = stage.tasks.len();
@@ -318,29 +319,20 @@ pub fn run(
                     ack_tx.clone(),
                     Arc::clone(&control),
                 )
+                .with_full_every(full_every)
             };
             let restore_error = |e: TaskError| RunError::Restore {
                 epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
                 message: e.to_string(),
             };
-            let op: Box<dyn Operator> = match task {
-                StageTask::Sql(q) => Box::new(SqlStage::new(&stage.name, q)),
-                StageTask::Step(s) => Box::new(WasmStep::new(&stage.name, *s)),
-                StageTask::KeyedStep { instance, format } => {
-                    state_tasks += 1;
-                    Box::new(
-                        KeyedWasmStep::new(&stage.name, *instance, format, state_context())
-                            .map_err(restore_error)?,
-                    )
-                }
-                StageTask::Lookup(l) => Box::new(
-                    LookupJoin::new(&stage.name, l).map_err(|e| RunError::Task(e.to_string()))?,
-                ),
-                StageTask::Stateful(w) => {
-                    state_tasks += 1;
-                    w.operator(state_context()).map_err(restore_error)?
-                }
-            };
+            let stateful = task.state_format().is_some();
+            state_tasks += usize::from(stateful);
+            let op = task
+                .operator(&stage.name, state_context)
+                .map_err(|e| match stateful {
+                    true => restore_error(e),
+                    false => RunError::Task(e.to_string()),
+                })?;
             let control = Arc::clone(&control);
             handles.push(spawn(
                 format!("{}[{i}]", stage.name),
@@ -475,13 +467,11 @@ fn check_plugin_versions(plan: &Plan, manifest: &Manifest) -> Result<(), RunErro
 /// meaning (key, window, aggregates): its accumulators would be misread.
 fn check_state_formats(plan: &Plan, manifest: &Manifest) -> Result<(), RunError> {
     for stage in &plan.stages {
-        let format = match stage.tasks.first() {
-            Some(StageTask::Stateful(w)) => w.format(),
-            Some(StageTask::KeyedStep { format, .. }) => format.clone(),
-            _ => continue,
+        let Some(format) = stage.tasks.first().and_then(StageTask::state_format) else {
+            continue;
         };
         if let Some(saved) = manifest.state.get(&stage.name)
-            && saved.format != format
+            && !format.accepts(&saved.format)
         {
             return Err(RunError::Incompatible {
                 epoch: manifest.epoch,

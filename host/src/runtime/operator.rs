@@ -36,6 +36,14 @@ pub enum TaskError {
         /// What failed.
         message: String,
     },
+    /// A stateful operator's state could not be saved or restored.
+    #[error("stage `{stage}`: {source}")]
+    StateTable {
+        /// The stage.
+        stage: String,
+        /// What failed.
+        source: crate::state::StateError,
+    },
     /// Downstream is gone (it failed); this task stops quietly.
     #[error("downstream closed")]
     DownstreamClosed,

@@ -2,6 +2,12 @@
 //! opened (one instance per task), every SQL query planned, every schema
 //! checked along the edges. Everything that can fail before data moves
 //! fails here, as [`Diagnostics`] pointing into the topology file.
+//!
+//! [`plan`] is a short sequence of steps: check declarations, open the
+//! sources, load the lookup tables, plan the stages, open the sinks, then
+//! narrow what the sources read. This module never spawns a task thread
+//! or runs the stream (that is `executor::run`), and never parses the
+//! topology file (that is `topology`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +25,10 @@ use crate::runtime::operators::{
 };
 use crate::runtime::projection;
 use crate::sql::StatelessQuery;
-use crate::topology::{Diagnostic, Diagnostics, PluginRef, PluginUse, StageKind, Topology};
+use crate::topology::{
+    Diagnostic, Diagnostics, EventTime, LookupSpec, PluginRef, PluginUse, StageKind, StageNode,
+    Topology,
+};
 
 /// A source with its opened instances.
 pub struct PlannedSource {
@@ -107,21 +116,31 @@ pub struct Plan {
     pub plugins: BTreeMap<String, LoadedPlugin>,
 }
 
+/// The state of one planning run: what it reads, what it has loaded, and
+/// every diagnostic found so far.
 struct Planner<'a> {
     topology: &'a Topology,
+    engine: &'a PluginEngine,
     catalog: Catalog<'a>,
     loaded: BTreeMap<String, LoadedPlugin>,
     errors: Vec<Diagnostic>,
 }
 
+/// Why one task did not open: the plugin refused (reported through
+/// [`Planner::open_error`], with its hints), or a diagnostic already phrased.
+enum TaskRefusal {
+    /// The plugin's own refusal (its config, or its instantiation).
+    Open(OpenError),
+    /// A refusal the planner phrased itself (a keyed step without `key`).
+    Diagnosed(Diagnostic),
+}
+
+/// Lookup tables by name, loaded once at plan time.
+type Tables = BTreeMap<String, arrow::array::RecordBatch>;
+
 /// Load, open and check everything in `topology`.
 pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnostics> {
-    let mut p = Planner {
-        topology: &topology,
-        catalog: Catalog::new(engine),
-        loaded: BTreeMap::new(),
-        errors: Vec::new(),
-    };
+    let mut p = Planner::new(&topology, engine);
     // Nothing runs until every plugin loads and every node's config and
     // grants match what its plugin declares.
     p.check_declarations();
@@ -129,179 +148,20 @@ pub fn plan(topology: Topology, engine: &PluginEngine) -> Result<Plan, Diagnosti
         return Err(Diagnostics(p.errors));
     }
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
-    let mut sources = Vec::new();
-    for node in &topology.sources {
-        let key = format!("sources.{}", node.name);
-        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Source) else {
-            continue;
-        };
-        let mut tasks = Vec::new();
-        for i in 0..node.parallelism {
-            let id = p.identity(&node.name, i, node.parallelism);
-            match SourceInstance::open(
-                engine,
-                &plugin,
-                &node.plugin.sandbox,
-                &id,
-                &node.plugin.config_json,
-            ) {
-                Ok(inst) => tasks.push(inst),
-                Err(e) => {
-                    p.open_error(&key, e);
-                    break;
-                }
-            }
-        }
-        if tasks.len() == node.parallelism as usize {
-            let schema = tasks[0].schema();
-            let event_time = match &node.event_time {
-                None => None,
-                Some(e) => match schema.index_of(&e.column) {
-                    Ok(i) if matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) => {
-                        Some(SourceEventTime {
-                            column: i,
-                            delay: e.delay,
-                            idle_timeout: e.idle_timeout,
-                        })
-                    }
-                    Ok(i) => {
-                        p.errors.push(topology.source_map.at_key(
-                            &format!("{key}.watermark.column"),
-                            format!(
-                                "`{}` is {}; the event-time column must be a timestamp",
-                                e.column,
-                                schema.field(i).data_type()
-                            ),
-                        ));
-                        continue;
-                    }
-                    Err(_) => {
-                        p.errors.push(topology.source_map.at_key(
-                            &format!("{key}.watermark.column"),
-                            format!(
-                                "the source has no column `{}` (columns: {})",
-                                e.column,
-                                column_names(&schema)
-                            ),
-                        ));
-                        continue;
-                    }
-                },
-            };
-            schemas.insert(node.name.clone(), Arc::clone(&schema));
-            sources.push(PlannedSource {
-                name: node.name.clone(),
-                tasks,
-                schema,
-                event_time,
-            });
-        }
-    }
-    let mut tables: BTreeMap<String, arrow::array::RecordBatch> = BTreeMap::new();
-    for node in &topology.tables {
-        let key = format!("tables.{}", node.name);
-        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Source) else {
-            continue;
-        };
-        let id = p.identity(&node.name, 0, 1);
-        let loaded = SourceInstance::open(
-            engine,
-            &plugin,
-            &node.plugin.sandbox,
-            &id,
-            &node.plugin.config_json,
-        );
-        match loaded {
-            Ok(mut instance) => match LookupTable::load(&mut instance) {
-                Ok(rows) => {
-                    tracing::info!(table = %node.name, rows = rows.num_rows(), "lookup table loaded");
-                    tables.insert(node.name.clone(), rows);
-                }
-                Err(m) => p.errors.push(
-                    topology
-                        .source_map
-                        .at_key(&key, format!("cannot load the table: {m}")),
-                ),
-            },
-            Err(e) => p.open_error(&key, e),
-        }
-    }
-    let mut stages = p.plan_stages(engine, &mut schemas, &tables);
-    let mut sinks = Vec::new();
-    for node in &topology.sinks {
-        let key = format!("sinks.{}", node.name);
-        let is_dlq = topology.dead_letter.as_deref() == Some(node.name.as_str());
-        let late_of = topology.late_rows_of(&node.name);
-        let input = match (is_dlq, late_of) {
-            (true, _) => Some(Arc::clone(&DEAD_LETTER_SCHEMA)),
-            // Late rows are the stage's input rows.
-            (false, Some(stage)) => p.input_schema(&key, &stage.inputs, &schemas),
-            (false, None) => p.input_schema(&key, &node.inputs, &schemas),
-        };
-        let Some(input) = input else { continue };
-        let Some(plugin) = p.load(&key, &node.plugin, PluginKind::Sink) else {
-            continue;
-        };
-        // Side-output sinks have one task: poison and late rows are rare.
-        let parallelism = if is_dlq || late_of.is_some() {
-            1
-        } else {
-            node.parallelism
-        };
-        let mut tasks = Vec::new();
-        for i in 0..parallelism {
-            let id = p.identity(&node.name, i, parallelism);
-            match SinkInstance::open(
-                engine,
-                &plugin,
-                &node.plugin.sandbox,
-                &id,
-                &node.plugin.config_json,
-                &input,
-            ) {
-                Ok(inst) => tasks.push(inst),
-                Err(e) => {
-                    p.open_error(&key, e);
-                    break;
-                }
-            }
-        }
-        if tasks.len() == parallelism as usize {
-            sinks.push(PlannedSink {
-                name: node.name.clone(),
-                inputs: node.inputs.clone(),
-                tasks,
-            });
-        }
-    }
+    let mut sources = p.plan_sources(&mut schemas);
+    let tables = p.load_tables();
+    let mut stages = p.plan_stages(&mut schemas, &tables);
+    let sinks = p.plan_sinks(&schemas);
     if p.errors.is_empty() {
-        let requests = projection::scan_requests(&topology, &sources, &stages, &sinks);
-        if !requests.is_empty() {
-            let sink_reads: BTreeMap<String, Option<Vec<String>>> = sinks
-                .iter()
-                .map(|s| {
-                    let reads = s.tasks.first().and_then(|t| t.input_columns());
-                    (s.name.clone(), reads.map(<[String]>::to_vec))
-                })
-                .collect();
-            let narrowed = Narrowing {
-                requests: &requests,
-                full: &schemas,
-                sink_reads: &sink_reads,
-            };
-            stages = p.push_down(engine, &narrowed, &mut sources, stages, &tables);
-        }
+        stages = p.narrow_reads(&schemas, &mut sources, stages, &sinks, &tables);
     }
-    let Planner { errors, loaded, .. } = p;
-    if !errors.is_empty() {
-        return Err(Diagnostics(errors));
-    }
+    let plugins = p.into_plugins()?;
     Ok(Plan {
         topology,
         sources,
         stages,
         sinks,
-        plugins: loaded,
+        plugins,
     })
 }
 
@@ -343,6 +203,252 @@ fn stateful_plan(
     })
 }
 
+impl<'a> Planner<'a> {
+    /// Start a planning run over `topology` with nothing loaded yet.
+    fn new(topology: &'a Topology, engine: &'a PluginEngine) -> Self {
+        Planner {
+            topology,
+            engine,
+            catalog: Catalog::new(engine),
+            loaded: BTreeMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// End the run: the plugins loaded, or every diagnostic found.
+    fn into_plugins(self) -> Result<BTreeMap<String, LoadedPlugin>, Diagnostics> {
+        if !self.errors.is_empty() {
+            return Err(Diagnostics(self.errors));
+        }
+        Ok(self.loaded)
+    }
+
+    /// Open every source's tasks and check its event time; `schemas`
+    /// gains each planned source's output schema.
+    fn plan_sources(&mut self, schemas: &mut BTreeMap<String, SchemaRef>) -> Vec<PlannedSource> {
+        let topology = self.topology;
+        let engine = self.engine;
+        let mut sources = Vec::new();
+        for node in &topology.sources {
+            let key = format!("sources.{}", node.name);
+            let Some(plugin) = self.load(&key, &node.plugin, PluginKind::Source) else {
+                continue;
+            };
+            let opened = self.open_tasks(&key, &node.name, node.parallelism, |id| {
+                SourceInstance::open(
+                    engine,
+                    &plugin,
+                    &node.plugin.sandbox,
+                    id,
+                    &node.plugin.config_json,
+                )
+                .map_err(TaskRefusal::Open)
+            });
+            let Some(tasks) = opened else { continue };
+            let Some(schema) = tasks.first().map(SourceInstance::schema) else {
+                continue;
+            };
+            let event_time = match &node.event_time {
+                None => None,
+                Some(wanted) => match self.source_event_time(&key, wanted, &schema) {
+                    Some(checked) => Some(checked),
+                    None => continue,
+                },
+            };
+            schemas.insert(node.name.clone(), Arc::clone(&schema));
+            sources.push(PlannedSource {
+                name: node.name.clone(),
+                tasks,
+                schema,
+                event_time,
+            });
+        }
+        sources
+    }
+
+    /// Check a source's `watermark.column` against the schema its plugin
+    /// produces: it must exist and be a timestamp.
+    fn source_event_time(
+        &mut self,
+        key: &str,
+        wanted: &EventTime,
+        schema: &SchemaRef,
+    ) -> Option<SourceEventTime> {
+        let at = format!("{key}.watermark.column");
+        match schema.index_of(&wanted.column) {
+            Ok(i) if matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) => {
+                Some(SourceEventTime {
+                    column: i,
+                    delay: wanted.delay,
+                    idle_timeout: wanted.idle_timeout,
+                })
+            }
+            Ok(i) => {
+                self.errors.push(self.topology.source_map.at_key(
+                    &at,
+                    format!(
+                        "`{}` is {}; the event-time column must be a timestamp",
+                        wanted.column,
+                        schema.field(i).data_type()
+                    ),
+                ));
+                None
+            }
+            Err(_) => {
+                self.errors.push(self.topology.source_map.at_key(
+                    &at,
+                    format!(
+                        "the source has no column `{}` (columns: {})",
+                        wanted.column,
+                        column_names(schema)
+                    ),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Read every lookup table once, now: a lookup stage plans against
+    /// the rows it will join with.
+    fn load_tables(&mut self) -> Tables {
+        let topology = self.topology;
+        let mut tables = Tables::new();
+        for node in &topology.tables {
+            let key = format!("tables.{}", node.name);
+            let Some(plugin) = self.load(&key, &node.plugin, PluginKind::Source) else {
+                continue;
+            };
+            let id = self.identity(&node.name, 0, 1);
+            let loaded = SourceInstance::open(
+                self.engine,
+                &plugin,
+                &node.plugin.sandbox,
+                &id,
+                &node.plugin.config_json,
+            );
+            match loaded {
+                Ok(mut instance) => match LookupTable::load(&mut instance) {
+                    Ok(rows) => {
+                        tracing::info!(table = %node.name, rows = rows.num_rows(), "lookup table loaded");
+                        tables.insert(node.name.clone(), rows);
+                    }
+                    Err(m) => self.errors.push(
+                        topology
+                            .source_map
+                            .at_key(&key, format!("cannot load the table: {m}")),
+                    ),
+                },
+                Err(e) => self.open_error(&key, e),
+            }
+        }
+        tables
+    }
+
+    /// Open every sink's tasks on the schema it receives (its inputs', the
+    /// dead-letter schema, or the late rows' stage input).
+    fn plan_sinks(&mut self, schemas: &BTreeMap<String, SchemaRef>) -> Vec<PlannedSink> {
+        let topology = self.topology;
+        let engine = self.engine;
+        let mut sinks = Vec::new();
+        for node in &topology.sinks {
+            let key = format!("sinks.{}", node.name);
+            let is_dlq = topology.dead_letter.as_deref() == Some(node.name.as_str());
+            let late_of = topology.late_rows_of(&node.name);
+            let input = match (is_dlq, late_of) {
+                (true, _) => Some(Arc::clone(&DEAD_LETTER_SCHEMA)),
+                // Late rows are the stage's input rows.
+                (false, Some(stage)) => self.input_schema(&key, &stage.inputs, schemas),
+                (false, None) => self.input_schema(&key, &node.inputs, schemas),
+            };
+            let Some(input) = input else { continue };
+            let Some(plugin) = self.load(&key, &node.plugin, PluginKind::Sink) else {
+                continue;
+            };
+            // Side-output sinks have one task: poison and late rows are rare.
+            let parallelism = if is_dlq || late_of.is_some() {
+                1
+            } else {
+                node.parallelism
+            };
+            let opened = self.open_tasks(&key, &node.name, parallelism, |id| {
+                SinkInstance::open(
+                    engine,
+                    &plugin,
+                    &node.plugin.sandbox,
+                    id,
+                    &node.plugin.config_json,
+                    &input,
+                )
+                .map_err(TaskRefusal::Open)
+            });
+            if let Some(tasks) = opened {
+                sinks.push(PlannedSink {
+                    name: node.name.clone(),
+                    inputs: node.inputs.clone(),
+                    tasks,
+                });
+            }
+        }
+        sinks
+    }
+
+    /// Open one node's `parallelism` tasks, each with its own identity;
+    /// the first refusal is recorded and no later task is opened.
+    fn open_tasks<T>(
+        &mut self,
+        key: &str,
+        node: &str,
+        parallelism: u32,
+        mut open: impl FnMut(&TaskIdentity) -> Result<T, TaskRefusal>,
+    ) -> Option<Vec<T>> {
+        let mut tasks = Vec::new();
+        for i in 0..parallelism {
+            let id = self.identity(node, i, parallelism);
+            match open(&id) {
+                Ok(task) => tasks.push(task),
+                Err(TaskRefusal::Open(e)) => {
+                    self.open_error(key, e);
+                    return None;
+                }
+                Err(TaskRefusal::Diagnosed(d)) => {
+                    self.errors.push(d);
+                    return None;
+                }
+            }
+        }
+        Some(tasks)
+    }
+
+    /// Narrow the sources to the columns and filters the topology reads,
+    /// if any node asks for less than everything (see [`Self::push_down`]).
+    fn narrow_reads(
+        &mut self,
+        schemas: &BTreeMap<String, SchemaRef>,
+        sources: &mut [PlannedSource],
+        stages: Vec<PlannedStage>,
+        sinks: &[PlannedSink],
+        tables: &Tables,
+    ) -> Vec<PlannedStage> {
+        let requests = projection::scan_requests(self.topology, sources, &stages, sinks);
+        if requests.is_empty() {
+            return stages;
+        }
+        let sink_reads: BTreeMap<String, Option<Vec<String>>> = sinks
+            .iter()
+            .map(|s| {
+                let reads = s.tasks.first().and_then(|t| t.input_columns());
+                (s.name.clone(), reads.map(<[String]>::to_vec))
+            })
+            .collect();
+        let narrowed = Narrowing {
+            requests: &requests,
+            full: schemas,
+            sink_reads: &sink_reads,
+        };
+        self.push_down(&narrowed, sources, stages, tables)
+    }
+}
+
 impl Planner<'_> {
     /// Narrow the sources to what the topology reads: re-plan the stages
     /// on the projected schemas and, only if that plans as before and
@@ -351,11 +457,10 @@ impl Planner<'_> {
     /// optimisation, never a reason to refuse a topology.
     fn push_down(
         &mut self,
-        engine: &PluginEngine,
         narrowing: &Narrowing<'_>,
         sources: &mut [PlannedSource],
         stages: Vec<PlannedStage>,
-        tables: &BTreeMap<String, arrow::array::RecordBatch>,
+        tables: &Tables,
     ) -> Vec<PlannedStage> {
         let Narrowing {
             requests,
@@ -374,7 +479,7 @@ impl Planner<'_> {
             schemas.insert(source.name.clone(), schema);
         }
         let known = self.errors.len();
-        let replanned = self.plan_stages(engine, &mut schemas, tables);
+        let replanned = self.plan_stages(&mut schemas, tables);
         let mut trouble: Vec<String> = self.errors.drain(known..).map(|d| d.to_string()).collect();
         if replanned.len() != stages.len() {
             trouble.push("a stage did not plan".into());
@@ -462,175 +567,210 @@ impl Planner<'_> {
     /// sources' and gains each stage's output).
     fn plan_stages(
         &mut self,
-        engine: &PluginEngine,
         schemas: &mut BTreeMap<String, SchemaRef>,
-        tables: &BTreeMap<String, arrow::array::RecordBatch>,
+        tables: &Tables,
     ) -> Vec<PlannedStage> {
         let topology = self.topology;
-        let p = self;
         let mut stages = Vec::new();
         for node in &topology.stages {
             let key = format!("stages.{}", node.name);
-            // A join's inputs have their own schemas; every other stage's
-            // inputs must agree.
-            let input = if matches!(node.kind, StageKind::Join(_)) {
-                match node
-                    .inputs
-                    .iter()
-                    .map(|i| schemas.get(i))
-                    .collect::<Option<Vec<_>>>()
-                {
-                    Some(s) if !s.is_empty() => Some(Arc::clone(s[0])),
-                    _ => None,
-                }
-            } else {
-                p.input_schema(&key, &node.inputs, schemas)
-            };
-            let Some(input) = input else {
+            let Some(input) = self.stage_input(&key, node, schemas) else {
                 continue;
             };
-            let mut tasks = Vec::new();
-            let mut schema = None;
-            match &node.kind {
-                StageKind::Sql(sql) => {
-                    if node.inputs.len() != 1 {
-                        p.errors.push(topology.source_map.at_key(
-                            &format!("{key}.input"),
-                            "a SQL stage reads exactly one input",
-                        ));
-                        continue;
-                    }
-                    for _ in 0..node.parallelism {
-                        match StatelessQuery::plan(sql, &node.inputs[0], Arc::clone(&input)) {
-                            Ok(q) => {
-                                schema = Some(q.output_schema());
-                                tasks.push(StageTask::Sql(q));
-                            }
-                            Err(e) => {
-                                p.errors.push(
-                                    topology
-                                        .source_map
-                                        .at_key(&format!("{key}.sql"), e.to_string()),
-                                );
-                                break;
-                            }
-                        }
-                    }
-                }
+            let planned = match &node.kind {
+                StageKind::Sql(sql) => self.sql_tasks(&key, node, sql, input),
                 StageKind::Window(_)
                 | StageKind::Session(_)
                 | StageKind::TopN(_)
-                | StageKind::Join(_) => {
-                    match stateful_plan(&node.kind, &node.inputs, input, schemas) {
-                        Ok(plan) => {
-                            schema = Some(plan.output_schema());
-                            for _ in 0..node.parallelism {
-                                tasks.push(StageTask::Stateful(plan.clone()));
-                            }
-                        }
-                        Err((field, message)) => {
-                            p.errors.push(
-                                topology
-                                    .source_map
-                                    .at_key(&format!("{key}.{field}"), message),
-                            );
-                            continue;
-                        }
-                    }
-                }
-                StageKind::Lookup(spec) => {
-                    // A table that failed to load has its own diagnostic.
-                    let Some(rows) = tables.get(&spec.table) else {
-                        continue;
-                    };
-                    match LookupPlan::new(spec, input, rows.clone()) {
-                        Ok(plan) => {
-                            schema = Some(plan.output_schema());
-                            for _ in 0..node.parallelism {
-                                tasks.push(StageTask::Lookup(plan.clone()));
-                            }
-                        }
-                        Err((field, message)) => {
-                            p.errors.push(
-                                topology
-                                    .source_map
-                                    .at_key(&format!("{key}.{field}"), message),
-                            );
-                            continue;
-                        }
-                    }
-                }
-                StageKind::Step(_) | StageKind::KeyedStep(_) => {
-                    let Some(use_) = node.kind.plugin() else {
-                        continue;
-                    };
-                    let Some(plugin) = p.load(&key, use_, PluginKind::Step) else {
-                        continue;
-                    };
-                    let keyed = match &node.kind {
-                        StageKind::KeyedStep(spec) => Some(spec),
-                        _ => None,
-                    };
-                    for i in 0..node.parallelism {
-                        let id = p.identity(&node.name, i, node.parallelism);
-                        let mut inst = match StepInstance::open(
-                            engine,
-                            &plugin,
-                            &use_.sandbox,
-                            &id,
-                            &use_.config_json,
-                            Arc::clone(&input),
-                        ) {
-                            Ok(inst) => inst,
-                            Err(e) => {
-                                p.open_error(&key, e);
-                                break;
-                            }
-                        };
-                        schema = Some(inst.output_schema());
-                        let Some(spec) = keyed else {
-                            if inst.is_keyed_plugin() {
-                                p.errors.push(topology.source_map.at_key(
-                                    &key,
-                                    format!(
-                                        "plugin `{}` is a keyed step: it keeps per-key state, so the stage needs its key columns, `key = [\"…\"]`",
-                                        inst.plugin_name()
-                                    ),
-                                ));
-                                break;
-                            }
-                            tasks.push(StageTask::Step(Box::new(inst)));
-                            continue;
-                        };
-                        let limit = usize::try_from(spec.state_limit).unwrap_or(usize::MAX);
-                        if let Err(message) = inst.make_keyed(&spec.key, limit) {
-                            p.errors
-                                .push(topology.source_map.at_key(&format!("{key}.key"), message));
-                            break;
-                        }
-                        tasks.push(StageTask::KeyedStep {
-                            instance: Box::new(inst),
-                            format: spec.format(),
-                        });
-                    }
-                }
-            }
-            if let (Some(schema), true) = (schema, tasks.len() == node.parallelism as usize) {
-                schemas.insert(node.name.clone(), Arc::clone(&schema));
-                stages.push(PlannedStage {
-                    name: node.name.clone(),
-                    inputs: node.inputs.clone(),
-                    kind: node.kind.label(),
-                    keys: node.kind.input_keys(node.inputs.len()),
-                    late_rows: node.late_rows.clone(),
-                    tasks,
-                    schema,
-                });
-            }
+                | StageKind::Join(_) => self.stateful_tasks(&key, node, input, schemas),
+                StageKind::Lookup(spec) => self.lookup_tasks(&key, node, spec, input, tables),
+                StageKind::Step(_) | StageKind::KeyedStep(_) => self.step_tasks(&key, node, input),
+            };
+            let Some((tasks, schema)) = planned else {
+                continue;
+            };
+            schemas.insert(node.name.clone(), Arc::clone(&schema));
+            stages.push(PlannedStage {
+                name: node.name.clone(),
+                inputs: node.inputs.clone(),
+                kind: node.kind.label(),
+                keys: node.kind.input_keys(node.inputs.len()),
+                late_rows: node.late_rows.clone(),
+                tasks,
+                schema,
+            });
         }
         stages
     }
 
+    /// The schema a stage plans on: a join's inputs have their own schemas
+    /// (it plans on the first); every other stage's inputs must agree.
+    fn stage_input(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        schemas: &BTreeMap<String, SchemaRef>,
+    ) -> Option<SchemaRef> {
+        if !matches!(node.kind, StageKind::Join(_)) {
+            return self.input_schema(key, &node.inputs, schemas);
+        }
+        let all: Option<Vec<&SchemaRef>> = node.inputs.iter().map(|i| schemas.get(i)).collect();
+        all.and_then(|s| s.first().map(|first| Arc::clone(first)))
+    }
+
+    /// Plan a SQL stage's query once per task, on its single input.
+    fn sql_tasks(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        sql: &str,
+        input: SchemaRef,
+    ) -> Option<(Vec<StageTask>, SchemaRef)> {
+        let topology = self.topology;
+        let [only] = node.inputs.as_slice() else {
+            self.errors.push(topology.source_map.at_key(
+                &format!("{key}.input"),
+                "a SQL stage reads exactly one input",
+            ));
+            return None;
+        };
+        let mut tasks = Vec::new();
+        let mut schema = None;
+        for _ in 0..node.parallelism {
+            match StatelessQuery::plan(sql, only, Arc::clone(&input)) {
+                Ok(q) => {
+                    schema = Some(q.output_schema());
+                    tasks.push(StageTask::Sql(q));
+                }
+                Err(e) => {
+                    self.errors.push(
+                        topology
+                            .source_map
+                            .at_key(&format!("{key}.sql"), e.to_string()),
+                    );
+                    return None;
+                }
+            }
+        }
+        schema.map(|s| (tasks, s))
+    }
+
+    /// Plan a window, session, top-N or join stage once; every task runs
+    /// a copy of the plan.
+    fn stateful_tasks(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        input: SchemaRef,
+        schemas: &BTreeMap<String, SchemaRef>,
+    ) -> Option<(Vec<StageTask>, SchemaRef)> {
+        let planned = stateful_plan(&node.kind, &node.inputs, input, schemas);
+        self.copies(
+            key,
+            node,
+            planned,
+            |p| p.output_schema(),
+            StageTask::Stateful,
+        )
+    }
+
+    /// One task per `node.parallelism`, each running a copy of `planned`;
+    /// or, if planning failed, the setting at fault recorded.
+    fn copies<P: Clone>(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        planned: Result<P, (String, String)>,
+        schema: impl Fn(&P) -> SchemaRef,
+        task: impl Fn(P) -> StageTask,
+    ) -> Option<(Vec<StageTask>, SchemaRef)> {
+        match planned {
+            Ok(plan) => {
+                let tasks = (0..node.parallelism).map(|_| task(plan.clone())).collect();
+                Some((tasks, schema(&plan)))
+            }
+            Err((field, message)) => {
+                self.errors.push(
+                    self.topology
+                        .source_map
+                        .at_key(&format!("{key}.{field}"), message),
+                );
+                None
+            }
+        }
+    }
+
+    /// Plan a lookup join against its loaded table once; every task runs a
+    /// copy of the plan.
+    fn lookup_tasks(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        spec: &LookupSpec,
+        input: SchemaRef,
+        tables: &Tables,
+    ) -> Option<(Vec<StageTask>, SchemaRef)> {
+        // A table that failed to load has its own diagnostic.
+        let rows = tables.get(&spec.table)?;
+        let planned = LookupPlan::new(spec, input, rows.clone());
+        self.copies(key, node, planned, |p| p.output_schema(), StageTask::Lookup)
+    }
+
+    /// Open a plugin stage's tasks; a keyed step's instances get their
+    /// keyed state, and a keyed plugin without `key` is refused.
+    fn step_tasks(
+        &mut self,
+        key: &str,
+        node: &StageNode,
+        input: SchemaRef,
+    ) -> Option<(Vec<StageTask>, SchemaRef)> {
+        let topology = self.topology;
+        let engine = self.engine;
+        let use_ = node.kind.plugin()?;
+        let plugin = self.load(key, use_, PluginKind::Step)?;
+        let keyed = match &node.kind {
+            StageKind::KeyedStep(spec) => Some(spec),
+            _ => None,
+        };
+        let mut schema = None;
+        let tasks = self.open_tasks(key, &node.name, node.parallelism, |id| {
+            let mut inst = StepInstance::open(
+                engine,
+                &plugin,
+                &use_.sandbox,
+                id,
+                &use_.config_json,
+                Arc::clone(&input),
+            )
+            .map_err(TaskRefusal::Open)?;
+            schema = Some(inst.output_schema());
+            let Some(spec) = keyed else {
+                if inst.is_keyed_plugin() {
+                    return Err(TaskRefusal::Diagnosed(topology.source_map.at_key(
+                        key,
+                        format!(
+                            "plugin `{}` is a keyed step: it keeps per-key state, so the stage needs its key columns, `key = [\"…\"]`",
+                            inst.plugin_name()
+                        ),
+                    )));
+                }
+                return Ok(StageTask::Step(Box::new(inst)));
+            };
+            let limit = usize::try_from(spec.state_limit).unwrap_or(usize::MAX);
+            if let Err(message) = inst.make_keyed(&spec.key, limit) {
+                return Err(TaskRefusal::Diagnosed(
+                    topology.source_map.at_key(&format!("{key}.key"), message),
+                ));
+            }
+            Ok(StageTask::KeyedStep {
+                instance: Box::new(inst),
+                format: spec.format(),
+            })
+        })?;
+        schema.map(|s| (tasks, s))
+    }
+
+    /// Who a task is, as its plugin instance sees it.
     fn identity(&self, stage: &str, index: u32, parallelism: u32) -> TaskIdentity {
         TaskIdentity {
             topology: self.topology.name.clone(),

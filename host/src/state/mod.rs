@@ -5,17 +5,22 @@
 //! contiguous vnodes one task owns for a given parallelism) and
 //! [`StateSnapshot`] (state as Arrow IPC bytes with a SHA-256, keyed by
 //! epoch, stage and vnode range, so a restart with another parallelism
-//! re-maps state by vnode) and [`KeyedState`] (the per-key values and
-//! timers a keyed Wasm step keeps in the host).
+//! re-maps state by vnode), [`StateTable`] (the scoped, keyed state of one
+//! task of a native stateful operator, and its snapshot lifecycle, read
+//! through the operator's [`ValueCodec`] and checked by its
+//! [`StateFormat`]) and [`KeyedState`] (the per-key values and timers a
+//! keyed Wasm step keeps in the host).
 //!
 //! This module never does I/O: the epoch store writes and reads the bytes
 //! it encodes, and operators decide what their state is.
 
 mod keyed;
 mod snapshot;
+mod table;
 mod vnode;
 
 pub use keyed::{KEYED_STATE_FORMAT, KeyedRestoreError, KeyedState, StateLimitExceeded};
 
 pub use snapshot::{SnapshotError, StateObject, StateSnapshot};
+pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};

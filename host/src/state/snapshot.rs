@@ -54,6 +54,14 @@ pub struct StateObject {
     pub sha256: String,
     /// Its size.
     pub bytes: u64,
+    /// The epoch that wrote it (0 in manifests of fvhost before deltas,
+    /// where every object is of the manifest's own epoch).
+    #[serde(default)]
+    pub epoch: u64,
+    /// Whether it holds only the changes since the task's previous object
+    /// (applied in epoch order on top of it); else all the task's state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delta: bool,
 }
 
 /// Encoded state of one task for one epoch.
@@ -186,6 +194,8 @@ mod tests {
             key: "k".into(),
             sha256: snap.sha256.clone(),
             bytes: snap.bytes.len() as u64,
+            epoch: 1,
+            delta: false,
         };
         assert_eq!(
             StateSnapshot::decode(&object, &snap.bytes).expect("decode"),
@@ -251,6 +261,8 @@ mod tests {
                 key: "k".into(),
                 sha256: hex::encode(Sha256::digest(&bytes)),
                 bytes: bytes.len() as u64,
+                epoch: 1,
+                delta: false,
             };
             let err = StateSnapshot::decode(&object, &bytes).expect_err("a block past the end");
             assert!(err.to_string().contains("lies outside"), "{err}");
@@ -263,6 +275,8 @@ mod tests {
                     key: "k".into(),
                     sha256: hex::encode(Sha256::digest(b"short")),
                     bytes: 5,
+                    epoch: 1,
+                    delta: false,
                 },
                 b"short"
             )

@@ -325,6 +325,9 @@ pub struct Settings {
     pub checkpoint_interval: Duration,
     /// Manifests kept in the state directory.
     pub checkpoint_retain: usize,
+    /// A stateful task writes all its state every this many epochs, and
+    /// only what changed in the epochs between.
+    pub checkpoint_full_every: usize,
     /// Whether sources are told which columns (and rows) the topology
     /// reads (`push_down = false` reads everything, e.g. to compare).
     pub push_down: bool,
@@ -337,6 +340,7 @@ impl Default for Settings {
             channel_capacity: 8,
             checkpoint_interval: Duration::from_secs(5),
             checkpoint_retain: 3,
+            checkpoint_full_every: 10,
             push_down: true,
         }
     }
@@ -502,6 +506,24 @@ plugin = "blackhole-sink"
         let PluginUse { config_json, .. } = &t.sources[0].plugin;
         let config: serde_json::Value = serde_json::from_str(config_json).expect("json");
         assert_eq!(config["events"], 3);
+    }
+
+    #[test]
+    fn checkpoint_full_every_defaults_to_10_and_refuses_0_naming_the_key() {
+        let topology = |checkpoint: &str| {
+            format!(
+                "{checkpoint}\n[sources.s]\nplugin = \"generator\"\n[sinks.k]\ninput = \"s\"\nplugin = \"blackhole-sink\"\n"
+            )
+        };
+        let t = parse(&topology("")).expect("valid");
+        assert_eq!(t.settings.checkpoint_full_every, 10);
+        let t = parse(&topology("[checkpoint]\nfull_every = 1")).expect("valid");
+        assert_eq!(t.settings.checkpoint_full_every, 1);
+        let err = parse(&topology("[checkpoint]\nfull_every = 0")).expect_err("invalid");
+        let text = err.to_string();
+        assert!(text.contains("checkpoint.full_every"), "{text}");
+        assert!(text.contains("at least 1"), "{text}");
+        assert_eq!(err.0[0].line, Some(2), "{err}");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! The TOML layer: serde structs mirroring the file, the key → position
 //! index for diagnostics, and the conversion into checked nodes (grants
 //! resolved against the topology's directory, units parsed).
+//!
+//! [`parse`] reads the document, then the run-wide settings, then each
+//! source, stage, sink and table, collecting every diagnostic. This module
+//! never loads or runs a plugin, and never checks how nodes relate
+//! (inputs, duplicate names across roles, cycles): that is `graph`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +52,8 @@ struct RawCheckpoint {
     interval: Option<String>,
     /// Manifests kept.
     retain: Option<usize>,
+    /// Epochs per full state snapshot (the rest write only changes).
+    full_every: Option<usize>,
 }
 
 /// One `[sources.x]`, `[stages.x]` or `[sinks.x]` table. One struct for all
@@ -178,31 +185,90 @@ fn index_value(value: &DeValue<'_>, path: &str, out: &mut Vec<(String, usize)>) 
     }
 }
 
+/// Parse a topology file into its nodes, every key checked and every
+/// problem reported (not only the first); how the nodes relate is checked
+/// afterwards, by `graph`.
 pub(super) fn parse(
     path: &Path,
     text: &str,
     confinement: Option<&Confinement>,
 ) -> Result<Topology, Diagnostics> {
-    let file = path.to_path_buf();
+    let map = source_map(path, text);
+    let raw = read_document(text, &map)?;
+    let dir = topology_dir(path);
+    let mut errors = Vec::new();
+    let name = topology_name(path, raw.name.as_deref(), &map, &mut errors);
+    let settings = read_settings(&raw, &map, &mut errors);
+    let ctx = Ctx {
+        map: &map,
+        dir: &dir,
+        confinement,
+    };
+    let sources = raw
+        .sources
+        .into_iter()
+        .filter_map(|(name, node)| read_source(&ctx, name, node, &mut errors))
+        .collect();
+    let stages = raw
+        .stages
+        .into_iter()
+        .filter_map(|(name, node)| read_stage(&ctx, name, node, &mut errors))
+        .collect();
+    let sinks = raw
+        .sinks
+        .into_iter()
+        .filter_map(|(name, node)| read_sink(&ctx, name, node, &mut errors))
+        .collect();
+    let tables = raw
+        .tables
+        .into_iter()
+        .filter_map(|(name, node)| read_table(&ctx, name, node, &mut errors))
+        .collect();
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+    Ok(Topology {
+        name,
+        file: path.to_path_buf(),
+        dir,
+        digest: hex::encode(Sha256::digest(text.as_bytes())),
+        settings,
+        sources,
+        stages,
+        sinks,
+        tables,
+        dead_letter: raw.dead_letter,
+        source_map: map,
+    })
+}
+
+/// Index every key of `text` by position, so that each diagnostic can
+/// point at its line (a file that is not TOML gets an empty index).
+fn source_map(path: &Path, text: &str) -> Arc<SourceMap> {
     let mut keys = Vec::new();
-    let syntax = DeTable::parse(text);
-    if let Ok(table) = &syntax {
+    if let Ok(table) = &DeTable::parse(text) {
         index_keys(table.get_ref(), "", &mut keys);
     }
-    let map = Arc::new(SourceMap::new(file.clone(), text, keys));
-    let raw: RawTopology = match toml::from_str(text) {
-        Ok(raw) => raw,
-        Err(e) => {
-            let message = e.message().to_string();
-            let d = match e.span() {
-                Some(span) => map.at_offset(span.start, None, message),
-                None => map.whole_file(message),
-            };
-            return Err(Diagnostics(vec![d]));
-        }
-    };
-    let dir = path
-        .parent()
+    Arc::new(SourceMap::new(path.to_path_buf(), text, keys))
+}
+
+/// Deserialize the whole file; a syntax error or an unknown key stops
+/// here, since no node can be checked without the document.
+fn read_document(text: &str, map: &SourceMap) -> Result<RawTopology, Diagnostics> {
+    toml::from_str(text).map_err(|e| {
+        let message = e.message().to_string();
+        let d = match e.span() {
+            Some(span) => map.at_offset(span.start, None, message),
+            None => map.whole_file(message),
+        };
+        Diagnostics(vec![d])
+    })
+}
+
+/// The directory relative paths resolve against: the file's own (`.`
+/// for a bare file name).
+fn topology_dir(path: &Path) -> PathBuf {
+    path.parent()
         .map(|p| {
             if p.as_os_str().is_empty() {
                 PathBuf::from(".")
@@ -210,9 +276,18 @@ pub(super) fn parse(
                 p.to_path_buf()
             }
         })
-        .unwrap_or_else(|| PathBuf::from("."));
-    let mut errors = Vec::new();
-    let name = raw.name.clone().unwrap_or_else(|| {
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// `name = …`, or the file's stem; it names manifests and metrics, so it
+/// is restricted to letters, digits, `-` and `_`.
+fn topology_name(
+    path: &Path,
+    given: Option<&str>,
+    map: &SourceMap,
+    errors: &mut Vec<Diagnostic>,
+) -> String {
+    let name = given.map(str::to_string).unwrap_or_else(|| {
         path.file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "topology".into())
@@ -227,6 +302,12 @@ pub(super) fn parse(
             format!("`{name}` is not a valid topology name (letters, digits, `-`, `_`)"),
         ));
     }
+    name
+}
+
+/// The run-wide keys (`batch_size`, `push_down`, `channel_capacity`,
+/// `[checkpoint]`) over their defaults.
+fn read_settings(raw: &RawTopology, map: &SourceMap, errors: &mut Vec<Diagnostic>) -> Settings {
     let mut settings = Settings::default();
     if let Some(b) = raw.batch_size {
         if b == 0 {
@@ -257,208 +338,232 @@ pub(super) fn parse(
             Some(n) => settings.checkpoint_retain = n,
             None => {}
         }
-    }
-    let ctx = Ctx {
-        map: &map,
-        dir: &dir,
-        confinement,
-    };
-    let mut sources = Vec::new();
-    for (n, mut s) in raw.sources {
-        let sandbox = s.take_sandbox();
-        let key = format!("sources.{n}");
-        check_name(&ctx, &key, &n, &mut errors);
-        if s.input.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.input"),
-                "a source has no input; remove `input`",
-            ));
-        }
-        if s.sql.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.sql"),
-                "a source cannot run SQL; put the query in a stage",
-            ));
-        }
-        refuse_stage_keys(&ctx, &key, &s, "a source", &mut errors);
-        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
-        let event_time = s
-            .watermark
-            .and_then(|e| ctx.event_time(&key, e, &mut errors));
-        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
-        {
-            sources.push(SourceNode {
-                name: n,
-                plugin,
-                parallelism,
-                event_time,
-            });
-        }
-    }
-    let mut stages = Vec::new();
-    for (n, mut s) in raw.stages {
-        let sandbox = s.take_sandbox();
-        let key = format!("stages.{n}");
-        check_name(&ctx, &key, &n, &mut errors);
-        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
-        let inputs = s.input.take().map(OneOrMany::into_vec).unwrap_or_default();
-        if s.watermark.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.watermark"),
-                "`watermark` belongs on a source: watermarks start where rows enter",
-            ));
-        }
-        let is_plugin = s.plugin.is_some() || s.path.is_some();
-        // `key` on a plugin stage (and nothing of a native stateful
-        // stage) makes it a keyed step.
-        let step_key = if is_plugin
-            && s.window.is_none()
-            && s.session.is_none()
-            && s.join.is_none()
-            && s.lookup.is_none()
-        {
-            s.key.take()
-        } else {
-            None
-        };
-        let state_limit = s.state_limit.take();
-        if !is_plugin && state_limit.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.state_limit"),
-                "`state_limit` bounds the keyed state of a keyed step (a plugin stage with `key`); native stages keep their state without a limit of their own",
-            ));
-        }
-        let other_kind = s.sql.is_some() || is_plugin;
-        match ctx.stateful_kind(&key, s.take_stateful(), other_kind, &mut errors) {
-            Some(Some(kind)) => {
-                stages.push(StageNode {
-                    name: n,
-                    inputs,
-                    kind,
-                    parallelism,
-                    late_rows: s.late_rows,
-                });
-                continue;
-            }
-            Some(None) => continue,
+        match checkpoint.full_every {
+            Some(0) => errors.push(map.at_key(
+                "checkpoint.full_every",
+                "must be at least 1 (1: every epoch writes all state)",
+            )),
+            Some(n) => settings.checkpoint_full_every = n,
             None => {}
         }
-        let kind = match (s.sql, s.plugin.is_some() || s.path.is_some()) {
-            (Some(_), true) => {
-                errors.push(map.at_key(
-                    &format!("{key}.sql"),
-                    "a stage is either `sql` or a plugin (`plugin`/`path`), not both",
-                ));
-                continue;
-            }
-            (Some(sql), false) => {
-                if s.config.is_some() {
-                    errors.push(
-                        map.at_key(&format!("{key}.config"), "a SQL stage takes no `config`"),
-                    );
-                }
-                StageKind::Sql(sql)
-            }
-            (None, true) => {
-                let Some(plugin) =
-                    ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
-                else {
-                    continue;
-                };
-                match ctx.keyed_step(&key, plugin, step_key, state_limit, &mut errors) {
-                    Some(kind) => kind,
-                    None => continue,
-                }
-            }
-            (None, false) => {
-                errors.push(map.at_key(&key, "a stage needs `sql = \"SELECT …\"`, `plugin = \"<name>\"` or `path = \"<file.wasm>\"`"));
-                continue;
-            }
-        };
-        if s.late_rows.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.late_rows"),
-                "`late_rows` is for window, session and top-N stages: only they drop late rows",
-            ));
-        }
-        stages.push(StageNode {
-            name: n,
-            inputs,
-            kind,
-            parallelism,
-            late_rows: None,
-        });
     }
-    let mut sinks = Vec::new();
-    for (n, mut s) in raw.sinks {
-        let sandbox = s.take_sandbox();
-        let key = format!("sinks.{n}");
-        check_name(&ctx, &key, &n, &mut errors);
-        if s.sql.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.sql"),
-                "a sink cannot run SQL; put the query in a stage",
-            ));
-        }
-        refuse_stage_keys(&ctx, &key, &s, "a sink", &mut errors);
-        if s.watermark.is_some() {
-            errors.push(map.at_key(
-                &format!("{key}.watermark"),
-                "a sink has no `watermark`; it belongs on a source",
-            ));
-        }
-        let parallelism = ctx.parallelism(&key, s.parallelism, &mut errors);
-        let inputs = s.input.map(OneOrMany::into_vec).unwrap_or_default();
-        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
-        {
-            sinks.push(SinkNode {
-                name: n,
-                inputs,
-                plugin,
-                parallelism,
-            });
-        }
+    settings
+}
+
+/// One `[sources.x]`: a plugin with no input, no SQL and no stage keys.
+fn read_source(
+    ctx: &Ctx<'_>,
+    name: String,
+    mut node: RawNode,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<SourceNode> {
+    let sandbox = node.take_sandbox();
+    let key = format!("sources.{name}");
+    check_name(ctx, &key, &name, errors);
+    if node.input.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.input"),
+            "a source has no input; remove `input`",
+        ));
     }
-    let mut tables = Vec::new();
-    for (n, mut s) in raw.tables {
-        let sandbox = s.take_sandbox();
-        let key = format!("tables.{n}");
-        check_name(&ctx, &key, &n, &mut errors);
-        refuse_stage_keys(&ctx, &key, &s, "a table", &mut errors);
-        for (field, present) in [
-            ("input", s.input.is_some()),
-            ("sql", s.sql.is_some()),
-            ("watermark", s.watermark.is_some()),
-            ("parallelism", s.parallelism.is_some()),
-        ] {
-            if present {
-                errors.push(map.at_key(
-                    &format!("{key}.{field}"),
-                    format!("a table is a bounded source read once at start by one task; it takes no `{field}`"),
-                ));
-            }
-        }
-        if let Some(plugin) = ctx.plugin_use(&key, s.plugin, s.path, s.config, sandbox, &mut errors)
-        {
-            tables.push(TableNode { name: n, plugin });
-        }
+    if node.sql.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.sql"),
+            "a source cannot run SQL; put the query in a stage",
+        ));
     }
-    if !errors.is_empty() {
-        return Err(Diagnostics(errors));
-    }
-    Ok(Topology {
+    refuse_stage_keys(ctx, &key, &node, "a source", errors);
+    let parallelism = ctx.parallelism(&key, node.parallelism, errors);
+    let event_time = node.watermark.and_then(|e| ctx.event_time(&key, e, errors));
+    let plugin = ctx.plugin_use(&key, node.plugin, node.path, node.config, sandbox, errors)?;
+    Some(SourceNode {
         name,
-        file,
-        dir,
-        digest: hex::encode(Sha256::digest(text.as_bytes())),
-        settings,
-        sources,
-        stages,
-        sinks,
-        tables,
-        dead_letter: raw.dead_letter,
-        source_map: map,
+        plugin,
+        parallelism,
+        event_time,
     })
+}
+
+/// One `[stages.x]`: the keys every stage shares, then its kind.
+fn read_stage(
+    ctx: &Ctx<'_>,
+    name: String,
+    mut node: RawNode,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<StageNode> {
+    let sandbox = node.take_sandbox();
+    let key = format!("stages.{name}");
+    check_name(ctx, &key, &name, errors);
+    let parallelism = ctx.parallelism(&key, node.parallelism, errors);
+    let inputs = node
+        .input
+        .take()
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default();
+    if node.watermark.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.watermark"),
+            "`watermark` belongs on a source: watermarks start where rows enter",
+        ));
+    }
+    let (kind, late_rows) = stage_kind(ctx, &key, node, sandbox, errors)?;
+    Some(StageNode {
+        name,
+        inputs,
+        kind,
+        parallelism,
+        late_rows,
+    })
+}
+
+/// What a stage is — native stateful, SQL, or a (keyed) plugin step —
+/// and, for the stateful kinds that drop late rows, where they go.
+fn stage_kind(
+    ctx: &Ctx<'_>,
+    key: &str,
+    mut node: RawNode,
+    sandbox: RawSandbox,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<(StageKind, Option<String>)> {
+    let is_plugin = node.plugin.is_some() || node.path.is_some();
+    // `key` on a plugin stage (and nothing of a native stateful
+    // stage) makes it a keyed step.
+    let step_key = if is_plugin
+        && node.window.is_none()
+        && node.session.is_none()
+        && node.join.is_none()
+        && node.lookup.is_none()
+    {
+        node.key.take()
+    } else {
+        None
+    };
+    let state_limit = node.state_limit.take();
+    if !is_plugin && state_limit.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.state_limit"),
+            "`state_limit` bounds the keyed state of a keyed step (a plugin stage with `key`); native stages keep their state without a limit of their own",
+        ));
+    }
+    let other_kind = node.sql.is_some() || is_plugin;
+    match ctx.stateful_kind(key, node.take_stateful(), other_kind, errors) {
+        Some(Some(kind)) => return Some((kind, node.late_rows)),
+        Some(None) => return None,
+        None => {}
+    }
+    let late_rows = node.late_rows.take();
+    let kind = sql_or_plugin_kind(ctx, key, node, sandbox, step_key, state_limit, errors)?;
+    if late_rows.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.late_rows"),
+            "`late_rows` is for window, session and top-N stages: only they drop late rows",
+        ));
+    }
+    Some((kind, None))
+}
+
+/// A stage without stateful keys: `sql`, or a plugin (a keyed step when
+/// it has `key`), never both.
+fn sql_or_plugin_kind(
+    ctx: &Ctx<'_>,
+    key: &str,
+    node: RawNode,
+    sandbox: RawSandbox,
+    step_key: Option<Vec<String>>,
+    state_limit: Option<String>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<StageKind> {
+    match (node.sql, node.plugin.is_some() || node.path.is_some()) {
+        (Some(_), true) => {
+            errors.push(ctx.map.at_key(
+                &format!("{key}.sql"),
+                "a stage is either `sql` or a plugin (`plugin`/`path`), not both",
+            ));
+            None
+        }
+        (Some(sql), false) => {
+            if node.config.is_some() {
+                errors.push(
+                    ctx.map
+                        .at_key(&format!("{key}.config"), "a SQL stage takes no `config`"),
+                );
+            }
+            Some(StageKind::Sql(sql))
+        }
+        (None, true) => {
+            let plugin =
+                ctx.plugin_use(key, node.plugin, node.path, node.config, sandbox, errors)?;
+            ctx.keyed_step(key, plugin, step_key, state_limit, errors)
+        }
+        (None, false) => {
+            errors.push(ctx.map.at_key(key, "a stage needs `sql = \"SELECT …\"`, `plugin = \"<name>\"` or `path = \"<file.wasm>\"`"));
+            None
+        }
+    }
+}
+
+/// One `[sinks.x]`: a plugin with inputs, no SQL, no watermark and no
+/// stage keys.
+fn read_sink(
+    ctx: &Ctx<'_>,
+    name: String,
+    mut node: RawNode,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<SinkNode> {
+    let sandbox = node.take_sandbox();
+    let key = format!("sinks.{name}");
+    check_name(ctx, &key, &name, errors);
+    if node.sql.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.sql"),
+            "a sink cannot run SQL; put the query in a stage",
+        ));
+    }
+    refuse_stage_keys(ctx, &key, &node, "a sink", errors);
+    if node.watermark.is_some() {
+        errors.push(ctx.map.at_key(
+            &format!("{key}.watermark"),
+            "a sink has no `watermark`; it belongs on a source",
+        ));
+    }
+    let parallelism = ctx.parallelism(&key, node.parallelism, errors);
+    let inputs = node.input.map(OneOrMany::into_vec).unwrap_or_default();
+    let plugin = ctx.plugin_use(&key, node.plugin, node.path, node.config, sandbox, errors)?;
+    Some(SinkNode {
+        name,
+        inputs,
+        plugin,
+        parallelism,
+    })
+}
+
+/// One `[tables.x]`: a bounded source plugin read once by one task, so
+/// none of the streaming keys.
+fn read_table(
+    ctx: &Ctx<'_>,
+    name: String,
+    mut node: RawNode,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<TableNode> {
+    let sandbox = node.take_sandbox();
+    let key = format!("tables.{name}");
+    check_name(ctx, &key, &name, errors);
+    refuse_stage_keys(ctx, &key, &node, "a table", errors);
+    for (field, present) in [
+        ("input", node.input.is_some()),
+        ("sql", node.sql.is_some()),
+        ("watermark", node.watermark.is_some()),
+        ("parallelism", node.parallelism.is_some()),
+    ] {
+        if present {
+            errors.push(ctx.map.at_key(
+                &format!("{key}.{field}"),
+                format!("a table is a bounded source read once at start by one task; it takes no `{field}`"),
+            ));
+        }
+    }
+    let plugin = ctx.plugin_use(&key, node.plugin, node.path, node.config, sandbox, errors)?;
+    Some(TableNode { name, plugin })
 }
 
 /// Window keys on a node that is not a stage.

@@ -20,6 +20,7 @@ use arrow::error::ArrowError;
 use arrow::row::{RowConverter, Rows, SortField};
 
 use super::rows::SettingError;
+use crate::state::{StateError, ValueCodec, ValueRows, named};
 use crate::topology::{Aggregate, AggregateFn};
 
 /// How an aggregate reads its input column.
@@ -367,52 +368,61 @@ impl Aggregates {
         columns
     }
 
-    /// Read groups back from snapshot columns starting at `first`.
-    pub fn reader<'b>(
-        &self,
-        batch: &'b RecordBatch,
-        first: usize,
-    ) -> Result<GroupReader<'b>, String> {
-        let expected = first + self.snapshot_fields().len();
-        if batch.num_columns() != expected {
-            return Err(format!(
-                "{} columns, expected {expected} for these aggregates",
-                batch.num_columns()
-            ));
-        }
-        let bad = || "unexpected accumulator column types".to_string();
-        let mut c = first;
+    /// Read groups back from the snapshot columns of `batch`, by name.
+    pub fn reader<'b>(&self, batch: &'b RecordBatch) -> Result<GroupReader<'b>, StateError> {
         let mut readers = Vec::new();
-        for b in &self.list {
-            let col = |i: usize| batch.column(i).as_any();
-            let count = col(c).downcast_ref::<Int64Array>().ok_or_else(bad)?;
-            let int = col(c + 1).downcast_ref::<Int64Array>().ok_or_else(bad)?;
-            let float = col(c + 2).downcast_ref::<Float64Array>().ok_or_else(bad)?;
-            c += 3;
-            let time = if b.timed() {
-                c += 1;
-                Some(col(c - 1).downcast_ref::<Int64Array>().ok_or_else(bad)?)
-            } else {
-                None
-            };
-            let set = if b.set.is_some() {
-                c += 1;
-                Some(col(c - 1).downcast_ref::<BinaryArray>().ok_or_else(bad)?)
-            } else {
-                None
+        for (i, b) in self.list.iter().enumerate() {
+            let int = |suffix: &str| {
+                named::<Int64Array>(batch, &format!("a{i}_{suffix}"), DataType::Int64)
             };
             readers.push(AccColumns {
-                count,
-                int,
-                float,
-                time,
-                set,
+                count: int("count")?,
+                int: int("int")?,
+                float: named::<Float64Array>(batch, &format!("a{i}_float"), DataType::Float64)?,
+                time: match b.timed() {
+                    true => Some(int("time")?),
+                    false => None,
+                },
+                set: match b.set {
+                    Some(_) => Some(named::<BinaryArray>(
+                        batch,
+                        &format!("a{i}_set"),
+                        DataType::Binary,
+                    )?),
+                    None => None,
+                },
             });
         }
         Ok(GroupReader {
             readers,
             sets: self.sets,
         })
+    }
+}
+
+/// The accumulators of a window's (or a key's) group, as state-table
+/// values: one snapshot row per group.
+#[derive(Debug, Clone)]
+pub struct GroupCodec(pub Aggregates);
+
+impl ValueCodec for GroupCodec {
+    type Value = GroupAccs;
+
+    fn fields(&self) -> Vec<Field> {
+        self.0.snapshot_fields()
+    }
+
+    fn encode(&self, values: &[&GroupAccs]) -> Result<ValueRows, StateError> {
+        Ok((self.0.snapshot_columns(values), vec![1; values.len()]))
+    }
+
+    fn decode(&self, batch: &RecordBatch, rows: &[usize]) -> Result<Vec<GroupAccs>, StateError> {
+        let reader = self.0.reader(batch)?;
+        rows.iter().map(|&r| reader.row(r)).collect()
+    }
+
+    fn merge(&self, into: &mut GroupAccs, more: GroupAccs) {
+        self.0.merge(into, &more);
     }
 }
 
@@ -483,7 +493,7 @@ pub struct GroupReader<'b> {
 
 impl GroupReader<'_> {
     /// The group of snapshot row `row`.
-    pub fn row(&self, row: usize) -> Result<GroupAccs, String> {
+    pub fn row(&self, row: usize) -> Result<GroupAccs, StateError> {
         let mut group = GroupAccs {
             accs: Vec::with_capacity(self.readers.len()),
             sets: Vec::with_capacity(self.sets),
@@ -516,20 +526,22 @@ fn encode_set(set: &HashSet<Box<[u8]>>) -> Vec<u8> {
     out
 }
 
-fn decode_set(mut bytes: &[u8]) -> Result<HashSet<Box<[u8]>>, String> {
+fn decode_set(mut bytes: &[u8]) -> Result<HashSet<Box<[u8]>>, StateError> {
     let mut set = HashSet::new();
     while !bytes.is_empty() {
-        let (len, rest) = bytes
-            .split_first_chunk::<4>()
-            .ok_or("a distinct-count set is truncated")?;
+        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(truncated)?;
         let len = u32::from_le_bytes(*len) as usize;
         if rest.len() < len {
-            return Err("a distinct-count set is truncated".into());
+            return Err(truncated());
         }
         set.insert(rest[..len].into());
         bytes = &rest[len..];
     }
     Ok(set)
+}
+
+fn truncated() -> StateError {
+    StateError::Value("a distinct-count set is truncated".into())
 }
 
 fn downcast<T: 'static>(a: &ArrayRef) -> Result<&T, ArrowError> {

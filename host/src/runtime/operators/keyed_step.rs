@@ -46,7 +46,7 @@ impl KeyedWasmStep {
         let (batches, watermark) = op.ctx.take_restored().map_err(|m| op.ctx.error(m))?;
         op.watermark = watermark;
         let vnodes = op.ctx.vnodes;
-        for batch in &batches {
+        for (batch, _) in &batches {
             let restored = op.state()?.restore(batch, vnodes);
             restored.map_err(|e| op.ctx.error(e))?;
         }

@@ -1,6 +1,8 @@
-//! The operators, one per file, and [`StatefulPlan`]: the stateful ones
-//! as the executor and the restore check see them (a state format, an
-//! output schema, an operator built on a task's [`StateContext`]).
+//! The operators, one per file; [`StatefulPlan`], the stateful ones as
+//! the executor and the restore check see them (a state format, an output
+//! schema, an operator built on a task's [`StateContext`]); and
+//! [`StageTask::operator`], which builds any planned task's operator, so
+//! the executor never matches on operator kinds.
 
 mod aggregates;
 mod join;
@@ -32,6 +34,8 @@ pub use window::{WindowAggregate, WindowPlan, column_names};
 
 use super::checkpoint::StateContext;
 use super::operator::{Operator, TaskError};
+use super::plan::StageTask;
+use crate::state::StateFormat;
 use crate::topology::JoinWindow;
 
 /// A stateful stage, planned; cloned per task.
@@ -49,7 +53,7 @@ pub enum StatefulPlan {
 
 impl StatefulPlan {
     /// What the state means; a restart refuses state of another format.
-    pub fn format(&self) -> String {
+    pub fn format(&self) -> StateFormat {
         match self {
             StatefulPlan::Window(p) => p.format(),
             StatefulPlan::Session(p) => p.format(),
@@ -78,6 +82,36 @@ impl StatefulPlan {
                 JoinWindow::Tumbling(_) => Box::new(WindowJoin::new(p, ctx)?),
                 JoinWindow::Interval { .. } => Box::new(IntervalJoin::new(p, ctx)?),
             },
+        })
+    }
+}
+
+impl StageTask {
+    /// What the task's state means, if it keeps state in epochs (a
+    /// restart refuses state of another format).
+    pub fn state_format(&self) -> Option<StateFormat> {
+        match self {
+            StageTask::Stateful(plan) => Some(plan.format()),
+            StageTask::KeyedStep { format, .. } => Some(StateFormat::exact(format)),
+            StageTask::Sql(_) | StageTask::Step(_) | StageTask::Lookup(_) => None,
+        }
+    }
+
+    /// The operator that runs this task of stage `stage`; a stateful one
+    /// restores its state from the context `state` makes.
+    pub fn operator(
+        self,
+        stage: &str,
+        state: impl FnOnce() -> StateContext,
+    ) -> Result<Box<dyn Operator>, TaskError> {
+        Ok(match self {
+            StageTask::Sql(query) => Box::new(SqlStage::new(stage, query)),
+            StageTask::Step(instance) => Box::new(WasmStep::new(stage, *instance)),
+            StageTask::KeyedStep { instance, format } => {
+                Box::new(KeyedWasmStep::new(stage, *instance, format, state())?)
+            }
+            StageTask::Lookup(plan) => Box::new(LookupJoin::new(stage, plan)?),
+            StageTask::Stateful(plan) => plan.operator(state())?,
         })
     }
 }

@@ -20,6 +20,20 @@ use crate::runtime::message::Watermark;
 use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::Emitter;
 
+/// Rows per output batch of an operator that emits held state (a window
+/// firing, join pairs).
+pub const OUTPUT_BATCH: usize = 8192;
+
+/// A duration as a state format writes it: whole milliseconds as `…ms`,
+/// else microseconds as `…us` (exact, and as the topology reads).
+pub(crate) fn format_duration(d: std::time::Duration) -> String {
+    let us = d.as_micros();
+    match us % 1000 {
+        0 => format!("{}ms", us / 1000),
+        _ => format!("{us}us"),
+    }
+}
+
 /// Schema metadata key of the watermark a snapshot was taken at.
 pub const WATERMARK_KEY: &str = "fvhost.watermark";
 
@@ -194,15 +208,6 @@ pub fn disambiguate(
             }
         })
         .collect()
-}
-
-/// A downcast that names what was expected.
-pub fn column<T: 'static>(batch: &RecordBatch, i: usize) -> Result<&T, String> {
-    batch
-        .column(i)
-        .as_any()
-        .downcast_ref::<T>()
-        .ok_or_else(|| format!("state column {i} has an unexpected type"))
 }
 
 /// A setting's error: (key under the stage, message).

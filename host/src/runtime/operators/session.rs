@@ -9,23 +9,24 @@
 //! is late (its session may have fired): counted and dropped, so emitted
 //! results never change.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt16Array,
-};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use super::aggregates::{Aggregates, GroupAccs, Values};
+use super::aggregates::{Aggregates, GroupAccs, GroupCodec, Values};
 use super::rows::{
-    SettingError, StateGauge, advance, column, event_micros, held_back, keyed_aggregation,
+    OUTPUT_BATCH, SettingError, StateGauge, event_micros, format_duration, held_back,
+    keyed_aggregation,
 };
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::state::{KeyHasher, StateSnapshot};
-use crate::topology::SessionSpec;
+use crate::state::{
+    KeyHasher, StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
+};
+use crate::topology::{SessionSpec, describe_aggregates};
 
 /// A session stage checked against its input schema.
 #[derive(Debug, Clone)]
@@ -61,8 +62,14 @@ impl SessionPlan {
     }
 
     /// What the state means.
-    pub fn format(&self) -> String {
-        self.spec.describe()
+    pub fn format(&self) -> StateFormat {
+        let s = &self.spec;
+        StateFormat::new("session", 1)
+            .setting("time", &s.time)
+            .setting("gap", format_duration(s.gap))
+            .setting("key", s.key.join(","))
+            .setting("aggregates", describe_aggregates(&s.aggregates))
+            .or_legacy(s.describe())
     }
 }
 
@@ -75,11 +82,58 @@ struct Session {
     accs: GroupAccs,
 }
 
-/// The open sessions of one key, ordered by start, never overlapping.
-#[derive(Debug, Default)]
-struct KeySessions {
-    vnode: u16,
-    sessions: Vec<Session>,
+/// The open sessions of one key (ordered by start, never overlapping) as
+/// state-table values: one snapshot row per session.
+struct SessionCodec(GroupCodec);
+
+impl ValueCodec for SessionCodec {
+    type Value = Vec<Session>;
+
+    fn fields(&self) -> Vec<Field> {
+        let mut fields = vec![
+            Field::new("start", DataType::Int64, false),
+            Field::new("end", DataType::Int64, false),
+        ];
+        fields.extend(self.0.fields());
+        fields
+    }
+
+    fn encode(&self, values: &[&Self::Value]) -> Result<ValueRows, StateError> {
+        let sessions: Vec<&Session> = values.iter().flat_map(|v| v.iter()).collect();
+        let accs: Vec<&GroupAccs> = sessions.iter().map(|s| &s.accs).collect();
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                sessions.iter().map(|s| s.start),
+            )),
+            Arc::new(Int64Array::from_iter_values(sessions.iter().map(|s| s.end))),
+        ];
+        columns.extend(self.0.encode(&accs)?.0);
+        Ok((columns, values.iter().map(|v| v.len()).collect()))
+    }
+
+    fn decode(&self, batch: &RecordBatch, rows: &[usize]) -> Result<Vec<Self::Value>, StateError> {
+        let starts = named::<Int64Array>(batch, "start", DataType::Int64)?;
+        let ends = named::<Int64Array>(batch, "end", DataType::Int64)?;
+        let accs = self.0.decode(batch, rows)?;
+        Ok(rows
+            .iter()
+            .zip(accs)
+            .map(|(&r, accs)| {
+                vec![Session {
+                    start: starts.value(r),
+                    end: ends.value(r),
+                    accs,
+                }]
+            })
+            .collect())
+    }
+
+    fn merge(&self, into: &mut Self::Value, more: Self::Value) {
+        for session in more {
+            let at = into.partition_point(|s| s.start < session.start);
+            into.insert(at, session);
+        }
+    }
 }
 
 /// The operator of one session-stage task.
@@ -88,112 +142,48 @@ pub struct SessionAggregate {
     hasher: KeyHasher,
     gap: i64,
     lateness: i64,
-    keys: HashMap<Box<[u8]>, KeySessions>,
+    /// Key → its open sessions.
+    table: StateTable<SessionCodec>,
     /// (end, key) of every open session: they close from the front.
     by_end: BTreeSet<(i64, Box<[u8]>)>,
-    watermark: Option<i64>,
+    format: StateFormat,
     ctx: StateContext,
     gauge: StateGauge,
 }
 
 impl SessionAggregate {
     /// The operator of one task, with its vnodes' state restored.
-    pub fn new(plan: SessionPlan, ctx: StateContext) -> Result<Self, TaskError> {
+    pub fn new(plan: SessionPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
-        let mut op = SessionAggregate {
+        let codec = SessionCodec(GroupCodec(plan.aggregates.clone()));
+        let table = ctx.restore_table(codec, None)?;
+        let by_end = table
+            .iter()
+            .flat_map(|(_, key, sessions)| sessions.iter().map(move |s| (s.end, Box::from(key))))
+            .collect();
+        Ok(SessionAggregate {
             gap: plan.spec.gap.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
+            format: plan.format(),
             plan,
             hasher,
-            keys: HashMap::new(),
-            by_end: BTreeSet::new(),
-            watermark: None,
+            table,
+            by_end,
             ctx,
             gauge: StateGauge::default(),
-        };
-        op.restore().map_err(|m| op.ctx.error(m))?;
-        Ok(op)
-    }
-
-    fn snapshot_schema(&self) -> Schema {
-        let mut fields = vec![
-            Field::new("vnode", DataType::UInt16, false),
-            Field::new("key", DataType::Binary, false),
-            Field::new("start", DataType::Int64, false),
-            Field::new("end", DataType::Int64, false),
-        ];
-        fields.extend(self.plan.aggregates.snapshot_fields());
-        Schema::new(fields)
-    }
-
-    fn restore(&mut self) -> Result<(), String> {
-        let (batches, watermark) = self.ctx.take_restored()?;
-        self.watermark = watermark;
-        for batch in &batches {
-            let accs = self.plan.aggregates.reader(batch, 4)?;
-            let vnodes = column::<UInt16Array>(batch, 0)?;
-            let keys = column::<BinaryArray>(batch, 1)?;
-            let starts = column::<Int64Array>(batch, 2)?;
-            let ends = column::<Int64Array>(batch, 3)?;
-            for r in 0..batch.num_rows() {
-                let vnode = vnodes.value(r);
-                if !self.ctx.vnodes.contains(vnode) {
-                    continue;
-                }
-                let key: Box<[u8]> = keys.value(r).into();
-                let session = Session {
-                    start: starts.value(r),
-                    end: ends.value(r),
-                    accs: accs.row(r)?,
-                };
-                self.by_end.insert((session.end, key.clone()));
-                let entry = self.keys.entry(key).or_insert(KeySessions {
-                    vnode,
-                    sessions: Vec::new(),
-                });
-                let at = entry.sessions.partition_point(|s| s.start < session.start);
-                entry.sessions.insert(at, session);
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Encode every open session of this task as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let (mut vnodes, mut keys, mut starts, mut ends) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut accs: Vec<&GroupAccs> = Vec::new();
-        for (key, k) in &self.keys {
-            for s in &k.sessions {
-                vnodes.push(k.vnode);
-                keys.push(key.as_ref());
-                starts.push(s.start);
-                ends.push(s.end);
-                accs.push(&s.accs);
-            }
-        }
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(vnodes)),
-            Arc::new(BinaryArray::from_vec(keys)),
-            Arc::new(Int64Array::from(starts)),
-            Arc::new(Int64Array::from(ends)),
-        ];
-        columns.extend(self.plan.aggregates.snapshot_columns(&accs));
-        self.ctx
-            .encode(epoch, self.snapshot_schema(), self.watermark, columns)
+        self.ctx.snapshot(epoch, &self.table)
     }
 
     /// Fold row `row` at time `t` into the sessions of `key`, merging every
     /// session its interval overlaps.
     fn add(&mut self, key: &[u8], t: i64, values: &[Values], row: usize) {
         let end = t.saturating_add(self.gap);
-        let entry = match self.keys.get_mut(key) {
-            Some(e) => e,
-            None => self.keys.entry(key.into()).or_insert(KeySessions {
-                vnode: KeyHasher::vnode_of(key),
-                sessions: Vec::new(),
-            }),
-        };
+        let sessions = self.table.key_or_insert_with(key, Vec::new);
         let mut merged = Session {
             start: t,
             end,
@@ -201,19 +191,19 @@ impl SessionAggregate {
         };
         self.plan.aggregates.fold(&mut merged.accs, values, row, t);
         // Sessions are disjoint and sorted: the overlapping ones are a run.
-        let first = entry.sessions.partition_point(|s| s.end <= t);
+        let first = sessions.partition_point(|s| s.end <= t);
         let mut last = first;
-        while last < entry.sessions.len() && entry.sessions[last].start < end {
+        while last < sessions.len() && sessions[last].start < end {
             last += 1;
         }
-        for s in entry.sessions.drain(first..last) {
+        for s in sessions.drain(first..last) {
             self.by_end.remove(&(s.end, Box::from(key)));
             merged.start = merged.start.min(s.start);
             merged.end = merged.end.max(s.end);
             self.plan.aggregates.merge(&mut merged.accs, &s.accs);
         }
         self.by_end.insert((merged.end, key.into()));
-        entry.sessions.insert(first, merged);
+        sessions.insert(first, merged);
     }
 
     /// Emit and drop every session that closes at or before `watermark`.
@@ -226,12 +216,12 @@ impl SessionAggregate {
             let Some((end, key)) = self.by_end.pop_first() else {
                 break;
             };
-            if let Some(k) = self.keys.get_mut(&key) {
-                if let Some(i) = k.sessions.iter().position(|s| s.end == end) {
-                    closed.push((key.clone(), k.sessions.remove(i)));
+            if let Some(sessions) = self.table.key_mut(&key) {
+                if let Some(i) = sessions.iter().position(|s| s.end == end) {
+                    closed.push((key.clone(), sessions.remove(i)));
                 }
-                if k.sessions.is_empty() {
-                    self.keys.remove(&key);
+                if sessions.is_empty() {
+                    self.table.remove_key(&key);
                 }
             }
         }
@@ -239,7 +229,7 @@ impl SessionAggregate {
             return Ok(());
         }
         closed.sort_unstable_by(|a, b| (a.1.end, &a.0, a.1.start).cmp(&(b.1.end, &b.0, b.1.start)));
-        for chunk in closed.chunks(8192) {
+        for chunk in closed.chunks(OUTPUT_BATCH) {
             let batch = self.output(chunk)?;
             out.emit(batch)?;
         }
@@ -282,7 +272,10 @@ impl Operator for SessionAggregate {
             .aggregates
             .values(&batch)
             .map_err(|e| self.ctx.error(e))?;
-        let horizon = self.watermark.map(|w| w.saturating_sub(self.lateness));
+        let horizon = self
+            .table
+            .watermark()
+            .map(|w| w.saturating_sub(self.lateness));
         let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) || horizon.is_some_and(|h| times.value(r) < h) {
@@ -302,7 +295,9 @@ impl Operator for SessionAggregate {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Some(w) = advance(&mut self.watermark, watermark) {
+        if let Watermark::At(w) = watermark
+            && let Some(w) = self.table.advance(w)
+        {
             self.fire(w, out)?;
             self.gauge.report(self.by_end.len() as u64, out);
         }
@@ -310,8 +305,6 @@ impl Operator for SessionAggregate {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let snapshot = self.snapshot(epoch)?;
-        self.ctx.hand_off(epoch, &self.plan.format(), snapshot);
-        Ok(())
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
 }

@@ -219,6 +219,8 @@ impl Harness {
                     key,
                     sha256: hex::encode(sha2::Sha256::digest(&bytes)),
                     bytes: bytes.len() as u64,
+                    epoch: 1,
+                    delta: false,
                 };
                 return (object, bytes);
             }

@@ -10,27 +10,22 @@
 //! lateness: its rows go out ranked, ordered by key, and its state is
 //! freed. Rows for windows that already fired are late: counted, dropped.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt16Array,
-    UInt64Array,
-};
+use arrow::array::{Array, BinaryArray, RecordBatch, TimestampMicrosecondArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::rows::{
-    RowCodec, SettingError, StateGauge, advance, column, event_micros, event_time_column,
-    find_column, held_back,
+    OUTPUT_BATCH, RowCodec, SettingError, StateGauge, event_micros, event_time_column, find_column,
+    format_duration, held_back,
 };
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::state::{KeyHasher, StateSnapshot};
+use crate::state::{
+    KeyHasher, StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
+};
 use crate::topology::TopNSpec;
-
-/// Rows per output batch when a window fires.
-const OUTPUT_BATCH: usize = 8192;
 
 /// A top-N stage checked against its input schema.
 #[derive(Debug, Clone)]
@@ -104,16 +99,74 @@ impl TopNPlan {
     }
 
     /// What the state means.
-    pub fn format(&self) -> String {
-        self.spec.describe()
+    pub fn format(&self) -> StateFormat {
+        let s = &self.spec;
+        let order: Vec<String> = s
+            .order_by
+            .iter()
+            .map(|o| format!("{}:{}", o.column, if o.descending { "desc" } else { "asc" }))
+            .collect();
+        StateFormat::new("top-n", 1)
+            .setting("time", &s.time)
+            .setting("size", format_duration(s.size))
+            .setting("key", s.key.join(","))
+            .setting("n", s.n)
+            .setting("order_by", order.join(","))
+            .or_legacy(s.describe())
     }
 }
 
-/// The kept rows of one (window, key), best first.
-#[derive(Debug)]
-struct Ranking {
-    vnode: u16,
-    rows: Vec<Box<[u8]>>,
+/// The kept rows of one (window, key), best first, as state-table values:
+/// one snapshot row per kept row.
+#[derive(Debug, Clone, Copy)]
+struct RankingCodec {
+    n: usize,
+}
+
+impl RankingCodec {
+    /// Offer `row` to `ranking`; it stays if it is among the best `n`.
+    /// The change in the number of rows kept (0 or 1).
+    fn offer(&self, ranking: &mut Vec<Box<[u8]>>, row: &[u8]) -> u64 {
+        // Most rows lose against a full ranking: one comparison.
+        if ranking.len() == self.n && ranking.last().is_some_and(|w| row >= w.as_ref()) {
+            return 0;
+        }
+        let before = ranking.len();
+        let at = ranking.partition_point(|r| r.as_ref() < row);
+        ranking.insert(at, row.into());
+        ranking.truncate(self.n);
+        (ranking.len() - before) as u64
+    }
+}
+
+impl ValueCodec for RankingCodec {
+    type Value = Vec<Box<[u8]>>;
+
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("row", DataType::Binary, false)]
+    }
+
+    fn encode(&self, values: &[&Self::Value]) -> Result<ValueRows, StateError> {
+        let rows: Vec<&[u8]> = values
+            .iter()
+            .flat_map(|r| r.iter().map(|row| row.as_ref()))
+            .collect();
+        Ok((
+            vec![Arc::new(BinaryArray::from_vec(rows))],
+            values.iter().map(|r| r.len()).collect(),
+        ))
+    }
+
+    fn decode(&self, batch: &RecordBatch, rows: &[usize]) -> Result<Vec<Self::Value>, StateError> {
+        let saved = named::<BinaryArray>(batch, "row", DataType::Binary)?;
+        Ok(rows.iter().map(|&r| vec![saved.value(r).into()]).collect())
+    }
+
+    fn merge(&self, into: &mut Self::Value, more: Self::Value) {
+        for row in more {
+            self.offer(into, &row);
+        }
+    }
 }
 
 /// The operator of one top-N task.
@@ -123,140 +176,58 @@ pub struct TopN {
     codec: RowCodec,
     size: i64,
     lateness: i64,
-    n: usize,
-    /// Window start → encoded key → ranking.
-    windows: BTreeMap<i64, HashMap<Box<[u8]>, Ranking>>,
-    watermark: Option<i64>,
+    /// (window start, key) → ranking.
+    table: StateTable<RankingCodec>,
+    /// Rows kept over all rankings (the state gauge).
+    rows_held: u64,
+    format: StateFormat,
     ctx: StateContext,
     gauge: StateGauge,
 }
 
 impl TopN {
     /// The operator of one task, with its vnodes' state restored.
-    pub fn new(plan: TopNPlan, ctx: StateContext) -> Result<Self, TaskError> {
+    pub fn new(plan: TopNPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
         let codec =
             RowCodec::ranked(Arc::clone(&plan.input), &plan.order).map_err(|e| ctx.error(e))?;
-        let mut op = TopN {
+        let ranking = RankingCodec {
+            n: plan.spec.n as usize,
+        };
+        let table = ctx.restore_table(ranking, Some("window_start"))?;
+        Ok(TopN {
             size: plan.spec.size.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
-            n: plan.spec.n as usize,
+            rows_held: table.values().map(|r| r.len() as u64).sum(),
+            format: plan.format(),
             plan,
             hasher,
             codec,
-            windows: BTreeMap::new(),
-            watermark: None,
+            table,
             ctx,
             gauge: StateGauge::default(),
-        };
-        op.restore().map_err(|m| op.ctx.error(m))?;
-        Ok(op)
-    }
-
-    fn snapshot_schema() -> Schema {
-        Schema::new(vec![
-            Field::new("vnode", DataType::UInt16, false),
-            Field::new("window_start", DataType::Int64, false),
-            Field::new("key", DataType::Binary, false),
-            Field::new("row", DataType::Binary, false),
-        ])
-    }
-
-    fn restore(&mut self) -> Result<(), String> {
-        let (batches, watermark) = self.ctx.take_restored()?;
-        self.watermark = watermark;
-        for batch in &batches {
-            let vnodes = column::<UInt16Array>(batch, 0)?;
-            let starts = column::<Int64Array>(batch, 1)?;
-            let keys = column::<BinaryArray>(batch, 2)?;
-            let rows = column::<BinaryArray>(batch, 3)?;
-            for r in 0..batch.num_rows() {
-                if self.ctx.vnodes.contains(vnodes.value(r)) {
-                    self.offer(
-                        starts.value(r),
-                        keys.value(r),
-                        vnodes.value(r),
-                        rows.value(r),
-                    );
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Encode every ranking of this task as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let (mut vnodes, mut starts, mut keys, mut rows) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (start, rankings) in &self.windows {
-            for (key, ranking) in rankings {
-                for row in &ranking.rows {
-                    vnodes.push(ranking.vnode);
-                    starts.push(*start);
-                    keys.push(key.as_ref());
-                    rows.push(row.as_ref());
-                }
-            }
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(vnodes)),
-            Arc::new(Int64Array::from(starts)),
-            Arc::new(BinaryArray::from_vec(keys)),
-            Arc::new(BinaryArray::from_vec(rows)),
-        ];
-        self.ctx
-            .encode(epoch, Self::snapshot_schema(), self.watermark, columns)
-    }
-
-    /// Offer one row to its ranking; it stays if it is among the best `n`.
-    fn offer(&mut self, start: i64, key: &[u8], vnode: u16, row: &[u8]) {
-        let n = self.n;
-        let rankings = self.windows.entry(start).or_default();
-        let ranking = match rankings.get_mut(key) {
-            Some(r) => r,
-            None => rankings.entry(key.into()).or_insert(Ranking {
-                vnode,
-                rows: Vec::with_capacity(n.min(16)),
-            }),
-        };
-        // Most rows lose against a full ranking: one comparison.
-        if ranking.rows.len() == n && ranking.rows.last().is_some_and(|w| row >= w.as_ref()) {
-            return;
-        }
-        let at = ranking.rows.partition_point(|r| r.as_ref() < row);
-        ranking.rows.insert(at, row.into());
-        ranking.rows.truncate(n);
-    }
-
-    fn report(&mut self, out: &Emitter) {
-        let now = self
-            .windows
-            .values()
-            .flat_map(|w| w.values())
-            .map(|r| r.rows.len() as u64)
-            .sum();
-        self.gauge.report(now, out);
+        self.ctx.snapshot(epoch, &self.table)
     }
 
     /// Emit and drop every window that closes at or before `watermark`.
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
-        while let Some(entry) = self.windows.first_entry() {
-            let start = *entry.key();
-            if start
-                .saturating_add(self.size)
-                .saturating_add(self.lateness)
-                > watermark
-            {
-                break;
-            }
-            let mut rankings: Vec<(Box<[u8]>, Ranking)> = entry.remove().into_iter().collect();
-            rankings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let closes = self.size.saturating_add(self.lateness);
+        while let Some((start, rankings)) = self
+            .table
+            .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+        {
             let mut rows: Vec<(&[u8], u64)> = Vec::new();
             for (_, ranking) in &rankings {
-                for (rank, row) in ranking.rows.iter().enumerate() {
+                for (rank, row) in ranking.iter().enumerate() {
                     rows.push((row, rank as u64 + 1));
                 }
             }
+            self.rows_held -= rows.len() as u64;
             for chunk in rows.chunks(OUTPUT_BATCH) {
                 let batch = self.output(start, chunk)?;
                 out.emit(batch)?;
@@ -300,6 +271,7 @@ impl Operator for TopN {
         let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
         let keys = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
         let rows = self.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
+        let ranker = *self.table.codec();
         let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) {
@@ -310,7 +282,7 @@ impl Operator for TopN {
             let closes = start
                 .saturating_add(self.size)
                 .saturating_add(self.lateness);
-            if self.watermark.is_some_and(|w| closes <= w) {
+            if self.table.watermark().is_some_and(|w| closes <= w) {
                 late.push(r as u32);
                 continue;
             }
@@ -319,24 +291,25 @@ impl Operator for TopN {
             } else {
                 keys.row(r).data()
             };
-            self.offer(start, key, KeyHasher::vnode_of(key), rows.row(r).data());
+            let ranking = self.table.get_or_insert_with(start, key, Vec::new);
+            self.rows_held += ranker.offer(ranking, rows.row(r).data());
         }
         out.late(&batch, late)?;
-        self.report(out);
+        self.gauge.report(self.rows_held, out);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Some(w) = advance(&mut self.watermark, watermark) {
+        if let Watermark::At(w) = watermark
+            && let Some(w) = self.table.advance(w)
+        {
             self.fire(w, out)?;
-            self.report(out);
+            self.gauge.report(self.rows_held, out);
         }
         out.watermark(held_back(watermark, self.lateness))
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let snapshot = self.snapshot(epoch)?;
-        self.ctx.hand_off(epoch, &self.plan.format(), snapshot);
-        Ok(())
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
 }

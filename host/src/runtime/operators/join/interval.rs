@@ -10,78 +10,75 @@
 //! arrival order. Emitted rows carry times up to the interval behind the
 //! watermark, so the forwarded watermark is held back by it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, UInt8Array, UInt16Array,
-};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{Array, BinaryArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field};
 
 use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{StateGauge, advance, column, event_micros, held_back};
-use crate::state::{KeyHasher, StateSnapshot};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, event_micros, held_back};
+use crate::state::{
+    StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
+};
 use crate::topology::JoinWindow;
-
-/// Pairs per output batch.
-const OUTPUT_BATCH: usize = 8192;
 
 /// A matched (left row, right row), as row-format bytes.
 type RowPair = (Box<[u8]>, Box<[u8]>);
 
 /// One side's rows of one key, by time.
-#[derive(Debug, Default)]
-struct KeyRows {
-    vnode: u16,
-    by_time: BTreeMap<i64, Vec<Box<[u8]>>>,
-}
+type KeyRows = BTreeMap<i64, Vec<Box<[u8]>>>;
 
-/// One side's buffer.
-#[derive(Debug, Default)]
-struct SideBuffer {
-    keys: HashMap<Box<[u8]>, KeyRows>,
-    /// (time, key) of every buffered time: rows expire from the front.
-    by_time: BTreeSet<(i64, Box<[u8]>)>,
-    rows: u64,
-}
+/// One side's rows of one key as state-table values (scoped by side): one
+/// snapshot row (`time`, `row`) per buffered row.
+struct KeyRowsCodec;
 
-impl SideBuffer {
-    fn hold(&mut self, key: &[u8], vnode: u16, t: i64, row: &[u8]) {
-        let entry = match self.keys.get_mut(key) {
-            Some(e) => e,
-            None => self.keys.entry(key.into()).or_insert(KeyRows {
-                vnode,
-                by_time: BTreeMap::new(),
-            }),
-        };
-        let rows = entry.by_time.entry(t).or_default();
-        if rows.is_empty() {
-            self.by_time.insert((t, key.into()));
-        }
-        rows.push(row.into());
-        self.rows += 1;
+impl ValueCodec for KeyRowsCodec {
+    type Value = KeyRows;
+
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            Field::new("time", DataType::Int64, false),
+            Field::new("row", DataType::Binary, false),
+        ]
     }
 
-    /// Drop rows older than `horizon`.
-    fn expire(&mut self, horizon: i64) {
-        while let Some((t, _)) = self.by_time.first() {
-            if *t >= horizon {
-                break;
-            }
-            let Some((t, key)) = self.by_time.pop_first() else {
-                break;
-            };
-            if let Some(k) = self.keys.get_mut(&key) {
-                if let Some(rows) = k.by_time.remove(&t) {
-                    self.rows -= rows.len() as u64;
-                }
-                if k.by_time.is_empty() {
-                    self.keys.remove(&key);
-                }
-            }
+    fn encode(&self, values: &[&KeyRows]) -> Result<ValueRows, StateError> {
+        let rows = || {
+            values.iter().flat_map(|k| {
+                k.iter()
+                    .flat_map(|(t, rows)| rows.iter().map(move |r| (*t, r)))
+            })
+        };
+        Ok((
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows().map(|(t, _)| t))),
+                Arc::new(BinaryArray::from_vec(
+                    rows().map(|(_, r)| r.as_ref()).collect(),
+                )),
+            ],
+            values
+                .iter()
+                .map(|k| k.values().map(Vec::len).sum())
+                .collect(),
+        ))
+    }
+
+    fn decode(&self, batch: &RecordBatch, rows: &[usize]) -> Result<Vec<KeyRows>, StateError> {
+        let times = named::<Int64Array>(batch, "time", DataType::Int64)?;
+        let saved = named::<BinaryArray>(batch, "row", DataType::Binary)?;
+        Ok(rows
+            .iter()
+            .map(|&r| KeyRows::from([(times.value(r), vec![saved.value(r).into()])]))
+            .collect())
+    }
+
+    fn merge(&self, into: &mut KeyRows, more: KeyRows) {
+        for (t, rows) in more {
+            into.entry(t).or_default().extend(rows);
         }
     }
 }
@@ -93,99 +90,95 @@ pub struct IntervalJoin {
     lower: i64,
     upper: i64,
     lateness: i64,
-    buffers: [SideBuffer; 2],
-    watermark: Option<i64>,
+    /// (side, key) → that side's rows of the key, by time.
+    table: StateTable<KeyRowsCodec>,
+    /// Per side, (time, key) of every buffered time: rows expire from the
+    /// front.
+    expiry: [BTreeSet<(i64, Box<[u8]>)>; 2],
+    /// Rows buffered per side.
+    rows: [u64; 2],
+    format: StateFormat,
     ctx: StateContext,
     gauge: StateGauge,
 }
 
 impl IntervalJoin {
     /// The operator of one task, with its vnodes' state restored.
-    pub fn new(plan: JoinPlan, ctx: StateContext) -> Result<Self, TaskError> {
+    pub fn new(plan: JoinPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let JoinWindow::Interval { lower, upper } = plan.spec.window else {
             return Err(ctx.error("an interval join needs `between`"));
         };
         let sides = plan.sides().map_err(|e| ctx.error(e))?;
-        let mut op = IntervalJoin {
+        let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;
+        let mut expiry: [BTreeSet<(i64, Box<[u8]>)>; 2] = Default::default();
+        let mut rows = [0u64; 2];
+        for (side, key, by_time) in table.iter() {
+            let side = side.clamp(0, 1) as usize;
+            for (t, held) in by_time {
+                expiry[side].insert((*t, key.into()));
+                rows[side] += held.len() as u64;
+            }
+        }
+        Ok(IntervalJoin {
             lower,
             upper,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
+            format: plan.format(),
             plan,
             sides,
-            buffers: [SideBuffer::default(), SideBuffer::default()],
-            watermark: None,
+            table,
+            expiry,
+            rows,
             ctx,
             gauge: StateGauge::default(),
-        };
-        op.restore().map_err(|m| op.ctx.error(m))?;
-        Ok(op)
-    }
-
-    fn snapshot_schema() -> Schema {
-        Schema::new(vec![
-            Field::new("vnode", DataType::UInt16, false),
-            Field::new("side", DataType::UInt8, false),
-            Field::new("key", DataType::Binary, false),
-            Field::new("time", DataType::Int64, false),
-            Field::new("row", DataType::Binary, false),
-        ])
-    }
-
-    fn restore(&mut self) -> Result<(), String> {
-        let (batches, watermark) = self.ctx.take_restored()?;
-        self.watermark = watermark;
-        for batch in &batches {
-            let vnodes = column::<UInt16Array>(batch, 0)?;
-            let sides = column::<UInt8Array>(batch, 1)?;
-            let keys = column::<BinaryArray>(batch, 2)?;
-            let times = column::<Int64Array>(batch, 3)?;
-            let rows = column::<BinaryArray>(batch, 4)?;
-            for r in 0..batch.num_rows() {
-                let vnode = vnodes.value(r);
-                if self.ctx.vnodes.contains(vnode) {
-                    self.buffers[usize::from(sides.value(r).min(1))].hold(
-                        keys.value(r),
-                        vnode,
-                        times.value(r),
-                        rows.value(r),
-                    );
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Encode both sides' buffered rows as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let (mut vnodes, mut sides, mut keys, mut times, mut rows) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (side, buffer) in self.buffers.iter().enumerate() {
-            for (key, k) in &buffer.keys {
-                for (t, row_list) in &k.by_time {
-                    for row in row_list {
-                        vnodes.push(k.vnode);
-                        sides.push(side as u8);
-                        keys.push(key.as_ref());
-                        times.push(*t);
-                        rows.push(row.as_ref());
-                    }
+        self.ctx.snapshot(epoch, &self.table)
+    }
+
+    /// Buffer `row` of `side` at time `t`.
+    fn hold(&mut self, side: usize, key: &[u8], t: i64, row: &[u8]) {
+        let held = self
+            .table
+            .get_or_insert_with(side as i64, key, KeyRows::new)
+            .entry(t)
+            .or_default();
+        if held.is_empty() {
+            self.expiry[side].insert((t, key.into()));
+        }
+        held.push(row.into());
+        self.rows[side] += 1;
+    }
+
+    /// Drop the rows of `side` older than `horizon`.
+    fn expire(&mut self, side: usize, horizon: i64) {
+        while let Some((t, _)) = self.expiry[side].first() {
+            if *t >= horizon {
+                break;
+            }
+            let Some((t, key)) = self.expiry[side].pop_first() else {
+                break;
+            };
+            let scope = side as i64;
+            if let Some(by_time) = self.table.get_mut(scope, &key) {
+                if let Some(rows) = by_time.remove(&t) {
+                    self.rows[side] -= rows.len() as u64;
+                }
+                if by_time.is_empty() {
+                    self.table.remove(scope, &key);
                 }
             }
         }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(vnodes)),
-            Arc::new(UInt8Array::from(sides)),
-            Arc::new(BinaryArray::from_vec(keys)),
-            Arc::new(Int64Array::from(times)),
-            Arc::new(BinaryArray::from_vec(rows)),
-        ];
-        self.ctx
-            .encode(epoch, Self::snapshot_schema(), self.watermark, columns)
     }
 
     /// The oldest time a new row may have and still be joined.
     fn horizon(&self) -> Option<i64> {
-        self.watermark.map(|w| w.saturating_sub(self.lateness))
+        self.table
+            .watermark()
+            .map(|w| w.saturating_sub(self.lateness))
     }
 
     /// The time range of the other side that a row of `side` at `t` meets.
@@ -198,7 +191,7 @@ impl IntervalJoin {
     }
 
     fn rows_held(&self) -> u64 {
-        self.buffers[0].rows + self.buffers[1].rows
+        self.rows[0] + self.rows[1]
     }
 }
 
@@ -227,8 +220,8 @@ impl Operator for IntervalJoin {
             let key = keys.row(r).data();
             let row = rows.row(r).data();
             let (from, to) = self.partners(side, t);
-            if let Some(other) = self.buffers[1 - side].keys.get(key) {
-                for partner in other.by_time.range(from..=to).flat_map(|(_, v)| v) {
+            if let Some(other) = self.table.get(1 - side as i64, key) {
+                for partner in other.range(from..=to).flat_map(|(_, v)| v) {
                     pairs.push(if side == 0 {
                         (row.into(), partner.clone())
                     } else {
@@ -236,7 +229,7 @@ impl Operator for IntervalJoin {
                     });
                 }
             }
-            self.buffers[side].hold(key, KeyHasher::vnode_of(key), t, row);
+            self.hold(side, key, t, row);
         }
         for chunk in pairs.chunks(OUTPUT_BATCH) {
             let refs: Vec<(&[u8], &[u8])> = chunk.iter().map(|(l, r)| (&**l, &**r)).collect();
@@ -250,12 +243,14 @@ impl Operator for IntervalJoin {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if advance(&mut self.watermark, watermark).is_some() {
+        if let Watermark::At(w) = watermark
+            && self.table.advance(w).is_some()
+        {
             if let Some(h) = self.horizon() {
                 // A left row meets right rows up to `t + upper`; a right row
                 // meets left rows down to `t − lower`.
-                self.buffers[0].expire(h.saturating_sub(self.upper));
-                self.buffers[1].expire(h.saturating_add(self.lower));
+                self.expire(0, h.saturating_sub(self.upper));
+                self.expire(1, h.saturating_add(self.lower));
             }
             self.gauge.report(self.rows_held(), out);
         }
@@ -264,8 +259,6 @@ impl Operator for IntervalJoin {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let snapshot = self.snapshot(epoch)?;
-        self.ctx.hand_off(epoch, &self.plan.format(), snapshot);
-        Ok(())
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
 }

@@ -18,9 +18,10 @@ use arrow::error::ArrowError;
 pub use interval::IntervalJoin;
 pub use window::WindowJoin;
 
-use super::rows::{RowCodec, disambiguate};
+use super::rows::{RowCodec, disambiguate, format_duration};
 use super::window::column_names;
 use crate::state::KeyHasher;
+use crate::state::StateFormat;
 use crate::topology::{JoinSpec, JoinWindow};
 
 /// A join stage checked against its two input schemas.
@@ -125,9 +126,21 @@ impl JoinPlan {
         Arc::clone(&self.output)
     }
 
-    /// What the state means.
-    pub fn format(&self) -> String {
-        self.spec.describe()
+    /// What the state means (the window and interval joins buffer rows
+    /// alike, so one format names which it is).
+    pub fn format(&self) -> StateFormat {
+        let s = &self.spec;
+        let on: Vec<String> = s.on.iter().map(|(l, r)| format!("{l}={r}")).collect();
+        let format = StateFormat::new("join", 1)
+            .setting("on", on.join(","))
+            .setting("time", format!("{}/{}", s.left_time, s.right_time));
+        match s.window {
+            JoinWindow::Tumbling(d) => format.setting("window", format_duration(d)),
+            JoinWindow::Interval { lower, upper } => {
+                format.setting("lower_us", lower).setting("upper_us", upper)
+            }
+        }
+        .or_legacy(s.describe())
     }
 
     /// Which rows meet.

@@ -5,30 +5,73 @@
 //! pairs go out ordered by key, and the window's state is freed. A row for
 //! a window that already fired is late: counted and dropped.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, UInt8Array, UInt16Array,
-};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{Array, BinaryArray, RecordBatch, UInt8Array};
+use arrow::datatypes::{DataType, Field};
 
 use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{StateGauge, advance, column, event_micros, held_back};
-use crate::state::{KeyHasher, StateSnapshot};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, event_micros, held_back};
+use crate::state::{
+    StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
+};
 use crate::topology::JoinWindow;
 
-/// Pairs per output batch.
-const OUTPUT_BATCH: usize = 8192;
+/// Both sides' rows of one (window, key), as state-table values: one
+/// snapshot row (`side`, `row`) per buffered row.
+struct BucketCodec;
 
-/// Both sides' rows of one (window, key).
-#[derive(Debug, Default)]
-struct Bucket {
-    vnode: u16,
-    rows: [Vec<Box<[u8]>>; 2],
+/// A bucket: the left rows, the right rows.
+type Bucket = [Vec<Box<[u8]>>; 2];
+
+impl ValueCodec for BucketCodec {
+    type Value = Bucket;
+
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            Field::new("side", DataType::UInt8, false),
+            Field::new("row", DataType::Binary, false),
+        ]
+    }
+
+    fn encode(&self, values: &[&Bucket]) -> Result<ValueRows, StateError> {
+        let rows = || {
+            values.iter().flat_map(|b| {
+                (0..2u8).flat_map(move |side| b[usize::from(side)].iter().map(move |r| (side, r)))
+            })
+        };
+        Ok((
+            vec![
+                Arc::new(UInt8Array::from_iter_values(rows().map(|(side, _)| side))),
+                Arc::new(BinaryArray::from_vec(
+                    rows().map(|(_, r)| r.as_ref()).collect(),
+                )),
+            ],
+            values.iter().map(|b| b[0].len() + b[1].len()).collect(),
+        ))
+    }
+
+    fn decode(&self, batch: &RecordBatch, rows: &[usize]) -> Result<Vec<Bucket>, StateError> {
+        let sides = named::<UInt8Array>(batch, "side", DataType::UInt8)?;
+        let saved = named::<BinaryArray>(batch, "row", DataType::Binary)?;
+        Ok(rows
+            .iter()
+            .map(|&r| {
+                let mut bucket = Bucket::default();
+                bucket[usize::from(sides.value(r).min(1))].push(saved.value(r).into());
+                bucket
+            })
+            .collect())
+    }
+
+    fn merge(&self, into: &mut Bucket, more: Bucket) {
+        let [left, right] = more;
+        into[0].extend(left);
+        into[1].extend(right);
+    }
 }
 
 /// The operator of one window-join task.
@@ -37,129 +80,60 @@ pub struct WindowJoin {
     sides: [JoinSide; 2],
     size: i64,
     lateness: i64,
-    windows: BTreeMap<i64, HashMap<Box<[u8]>, Bucket>>,
-    watermark: Option<i64>,
+    /// (window start, key) → both sides' rows.
+    table: StateTable<BucketCodec>,
     rows_held: u64,
+    format: StateFormat,
     ctx: StateContext,
     gauge: StateGauge,
 }
 
 impl WindowJoin {
     /// The operator of one task, with its vnodes' state restored.
-    pub fn new(plan: JoinPlan, ctx: StateContext) -> Result<Self, TaskError> {
+    pub fn new(plan: JoinPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let JoinWindow::Tumbling(size) = plan.spec.window else {
             return Err(ctx.error("a window join needs `window`"));
         };
         let sides = plan.sides().map_err(|e| ctx.error(e))?;
-        let mut op = WindowJoin {
+        let table = ctx.restore_table(BucketCodec, Some("window_start"))?;
+        Ok(WindowJoin {
             size: size.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
+            rows_held: table
+                .values()
+                .map(|b| (b[0].len() + b[1].len()) as u64)
+                .sum(),
+            format: plan.format(),
             plan,
             sides,
-            windows: BTreeMap::new(),
-            watermark: None,
-            rows_held: 0,
+            table,
             ctx,
             gauge: StateGauge::default(),
-        };
-        op.restore().map_err(|m| op.ctx.error(m))?;
-        Ok(op)
-    }
-
-    fn snapshot_schema() -> Schema {
-        Schema::new(vec![
-            Field::new("vnode", DataType::UInt16, false),
-            Field::new("window_start", DataType::Int64, false),
-            Field::new("key", DataType::Binary, false),
-            Field::new("side", DataType::UInt8, false),
-            Field::new("row", DataType::Binary, false),
-        ])
-    }
-
-    fn restore(&mut self) -> Result<(), String> {
-        let (batches, watermark) = self.ctx.take_restored()?;
-        self.watermark = watermark;
-        for batch in &batches {
-            let vnodes = column::<UInt16Array>(batch, 0)?;
-            let starts = column::<Int64Array>(batch, 1)?;
-            let keys = column::<BinaryArray>(batch, 2)?;
-            let sides = column::<UInt8Array>(batch, 3)?;
-            let rows = column::<BinaryArray>(batch, 4)?;
-            for r in 0..batch.num_rows() {
-                let vnode = vnodes.value(r);
-                if self.ctx.vnodes.contains(vnode) {
-                    let side = usize::from(sides.value(r).min(1));
-                    self.hold(starts.value(r), keys.value(r), vnode, side, rows.value(r));
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Encode both sides' buffered rows as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let (mut vnodes, mut starts, mut keys, mut sides, mut rows) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (start, buckets) in &self.windows {
-            for (key, bucket) in buckets {
-                for (side, side_rows) in bucket.rows.iter().enumerate() {
-                    for row in side_rows {
-                        vnodes.push(bucket.vnode);
-                        starts.push(*start);
-                        keys.push(key.as_ref());
-                        sides.push(side as u8);
-                        rows.push(row.as_ref());
-                    }
-                }
-            }
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(vnodes)),
-            Arc::new(Int64Array::from(starts)),
-            Arc::new(BinaryArray::from_vec(keys)),
-            Arc::new(UInt8Array::from(sides)),
-            Arc::new(BinaryArray::from_vec(rows)),
-        ];
-        self.ctx
-            .encode(epoch, Self::snapshot_schema(), self.watermark, columns)
-    }
-
-    fn hold(&mut self, start: i64, key: &[u8], vnode: u16, side: usize, row: &[u8]) {
-        let buckets = self.windows.entry(start).or_default();
-        let bucket = match buckets.get_mut(key) {
-            Some(b) => b,
-            None => buckets.entry(key.into()).or_insert(Bucket {
-                vnode,
-                rows: [Vec::new(), Vec::new()],
-            }),
-        };
-        bucket.rows[side].push(row.into());
-        self.rows_held += 1;
+        self.ctx.snapshot(epoch, &self.table)
     }
 
     /// Join and drop every window that closes at or before `watermark`.
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
-        while let Some(entry) = self.windows.first_entry() {
-            let start = *entry.key();
-            if start
-                .saturating_add(self.size)
-                .saturating_add(self.lateness)
-                > watermark
-            {
-                break;
-            }
-            let mut buckets: Vec<(Box<[u8]>, Bucket)> = entry.remove().into_iter().collect();
-            buckets.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let closes = self.size.saturating_add(self.lateness);
+        while let Some((start, mut buckets)) = self
+            .table
+            .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+        {
             let mut pairs: Vec<(&[u8], &[u8])> = Vec::new();
             for (_, bucket) in &mut buckets {
-                self.rows_held -= (bucket.rows[0].len() + bucket.rows[1].len()) as u64;
-                bucket.rows[0].sort_unstable();
-                bucket.rows[1].sort_unstable();
+                self.rows_held -= (bucket[0].len() + bucket[1].len()) as u64;
+                bucket[0].sort_unstable();
+                bucket[1].sort_unstable();
             }
             let window = Some((start, start.saturating_add(self.size)));
             for (_, bucket) in &buckets {
-                for l in &bucket.rows[0] {
-                    for r in &bucket.rows[1] {
+                for l in &bucket[0] {
+                    for r in &bucket[1] {
                         pairs.push((l, r));
                         if pairs.len() == OUTPUT_BATCH {
                             let batch = joined(&self.plan, &self.sides, window, &pairs)
@@ -202,18 +176,15 @@ impl Operator for WindowJoin {
             let closes = start
                 .saturating_add(self.size)
                 .saturating_add(self.lateness);
-            if self.watermark.is_some_and(|w| closes <= w) {
+            if self.table.watermark().is_some_and(|w| closes <= w) {
                 late.push(r as u32);
                 continue;
             }
-            let key = keys.row(r);
-            self.hold(
-                start,
-                key.data(),
-                KeyHasher::vnode_of(key.data()),
-                side,
-                rows.row(r).data(),
-            );
+            let bucket = self
+                .table
+                .get_or_insert_with(start, keys.row(r).data(), Bucket::default);
+            bucket[side].push(rows.row(r).data().into());
+            self.rows_held += 1;
         }
         out.late(&batch, late)?;
         self.gauge.report(self.rows_held, out);
@@ -221,7 +192,9 @@ impl Operator for WindowJoin {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Some(w) = advance(&mut self.watermark, watermark) {
+        if let Watermark::At(w) = watermark
+            && let Some(w) = self.table.advance(w)
+        {
             self.fire(w, out)?;
             self.gauge.report(self.rows_held, out);
         }
@@ -229,8 +202,6 @@ impl Operator for WindowJoin {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let snapshot = self.snapshot(epoch)?;
-        self.ctx.hand_off(epoch, &self.plan.format(), snapshot);
-        Ok(())
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
 }

@@ -7,38 +7,32 @@
 //! dropped. A row whose every window has already fired is late: counted
 //! and dropped, so it never changes an emitted result.
 //!
-//! State is held per group with the group's vnode, and snapshotted at each
-//! barrier as one Arrow IPC object per task (see [`WindowAggregate::snapshot`]);
-//! a restart keeps the rows whose vnode the new task owns, so parallelism
-//! may change between runs. This operator never reads the clock: time is
+//! Groups live in the task's [`StateTable`], scoped by window start, which
+//! snapshots them at each barrier and, on a restart, keeps the groups whose
+//! vnode the new task owns, so parallelism may change between runs. This operator never reads the clock: time is
 //! only what the watermarks say, so output does not depend on speed.
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt16Array,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray};
+use arrow::datatypes::{Schema, SchemaRef};
 
 pub use super::aggregates::column_names;
-use super::aggregates::{Aggregates, GroupAccs};
+use super::aggregates::{Aggregates, GroupAccs, GroupCodec};
 
 use super::rows::{
-    SettingError, StateGauge, advance, column, event_micros, held_back, keyed_aggregation,
+    OUTPUT_BATCH, SettingError, StateGauge, event_micros, format_duration, held_back,
+    keyed_aggregation,
 };
 
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::state::{KeyHasher, StateSnapshot};
-use crate::topology::WindowSpec;
-
-/// Rows per output batch when a window fires.
-const OUTPUT_BATCH: usize = 8192;
+use crate::state::{KeyHasher, StateFormat, StateSnapshot, StateTable};
+use crate::topology::{WindowSpec, describe_aggregates};
 
 /// A window stage checked against its input schema; cloned per task.
 #[derive(Debug, Clone)]
@@ -74,26 +68,16 @@ impl WindowPlan {
     }
 
     /// What the state means; restart refuses state of another meaning.
-    pub fn format(&self) -> String {
-        self.spec.describe()
+    pub fn format(&self) -> StateFormat {
+        let s = &self.spec;
+        StateFormat::new("window", 1)
+            .setting("time", &s.time)
+            .setting("size", format_duration(s.size))
+            .setting("slide", format_duration(s.slide))
+            .setting("key", s.key.join(","))
+            .setting("aggregates", describe_aggregates(&s.aggregates))
+            .or_legacy(s.describe())
     }
-
-    fn snapshot_schema(&self) -> Schema {
-        let mut fields = vec![
-            Field::new("vnode", DataType::UInt16, false),
-            Field::new("window_start", DataType::Int64, false),
-            Field::new("key", DataType::Binary, false),
-        ];
-        fields.extend(self.aggregates.snapshot_fields());
-        Schema::new(fields)
-    }
-}
-
-/// One (window, key) group.
-#[derive(Debug, Clone)]
-struct Group {
-    vnode: u16,
-    accs: GroupAccs,
 }
 
 /// The operator of one window-stage task.
@@ -105,114 +89,45 @@ pub struct WindowAggregate {
     /// Allowed lateness: a window fires, and stops taking rows, once the
     /// watermark passes its end plus this.
     lateness: i64,
-    /// Window start → encoded key → group. Ordered by start, so windows
-    /// fire from the front.
-    windows: BTreeMap<i64, HashMap<Box<[u8]>, Group>>,
-    /// The highest watermark seen: every window ending at or before it has
-    /// fired.
-    watermark: Option<i64>,
+    /// (window start, key) → the group's accumulators; its watermark is
+    /// the highest seen: every window ending at or before it has fired.
+    table: StateTable<GroupCodec>,
     ctx: StateContext,
-    format: String,
+    format: StateFormat,
     gauge: StateGauge,
 }
 
 impl WindowAggregate {
     /// The operator of one task, with the state restored for its vnodes.
-    pub fn new(plan: WindowPlan, ctx: StateContext) -> Result<Self, TaskError> {
+    pub fn new(plan: WindowPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
-        let mut op = WindowAggregate {
+        let table = ctx.restore_table(GroupCodec(plan.aggregates.clone()), Some("window_start"))?;
+        Ok(WindowAggregate {
             size: plan.spec.size.as_micros() as i64,
             slide: plan.spec.slide.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
             format: plan.format(),
             plan,
             hasher,
-            windows: BTreeMap::new(),
-            watermark: None,
+            table,
             ctx,
             gauge: StateGauge::default(),
-        };
-        op.restore().map_err(|m| op.ctx.error(m))?;
-        Ok(op)
-    }
-
-    /// Load the groups of this task's vnodes from the restored objects.
-    fn restore(&mut self) -> Result<(), String> {
-        let (batches, watermark) = self.ctx.take_restored()?;
-        for batch in &batches {
-            self.load(batch)?;
-        }
-        self.watermark = watermark;
-        Ok(())
-    }
-
-    fn load(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        let accs = self.plan.aggregates.reader(batch, 3)?;
-        let vnodes = column::<UInt16Array>(batch, 0)?;
-        let starts = column::<Int64Array>(batch, 1)?;
-        let keys = column::<BinaryArray>(batch, 2)?;
-        for row in 0..batch.num_rows() {
-            let vnode = vnodes.value(row);
-            if !self.ctx.vnodes.contains(vnode) {
-                continue;
-            }
-            let group = Group {
-                vnode,
-                accs: accs.row(row)?,
-            };
-            self.windows
-                .entry(starts.value(row))
-                .or_default()
-                .insert(keys.value(row).into(), group);
-        }
-        Ok(())
+        })
     }
 
     /// Encode every group of this task as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
-        let mut vnodes = Vec::new();
-        let mut starts = Vec::new();
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut accs: Vec<&GroupAccs> = Vec::new();
-        for (start, groups) in &self.windows {
-            for (key, g) in groups {
-                vnodes.push(g.vnode);
-                starts.push(*start);
-                keys.push(key);
-                accs.push(&g.accs);
-            }
-        }
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(vnodes)),
-            Arc::new(Int64Array::from(starts)),
-            Arc::new(BinaryArray::from_vec(keys)),
-        ];
-        columns.extend(self.plan.aggregates.snapshot_columns(&accs));
-        self.ctx
-            .encode(epoch, self.plan.snapshot_schema(), self.watermark, columns)
-    }
-
-    /// Report the number of groups held to the stage's gauge.
-    fn report_groups(&mut self, out: &Emitter) {
-        let now: u64 = self.windows.values().map(|g| g.len() as u64).sum();
-        self.gauge.report(now, out);
+        self.ctx.snapshot(epoch, &self.table)
     }
 
     /// Emit and drop every window that ends at or before `watermark`.
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
-        while let Some(entry) = self.windows.first_entry() {
-            let start = *entry.key();
-            if start
-                .saturating_add(self.size)
-                .saturating_add(self.lateness)
-                > watermark
-            {
-                break;
-            }
-            let groups = entry.remove();
-            let mut sorted: Vec<(Box<[u8]>, Group)> = groups.into_iter().collect();
-            sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for chunk in sorted.chunks(OUTPUT_BATCH) {
+        let closes = self.size.saturating_add(self.lateness);
+        while let Some((start, groups)) = self
+            .table
+            .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+        {
+            for chunk in groups.chunks(OUTPUT_BATCH) {
                 let batch = self.output(start, chunk)?;
                 out.emit(batch)?;
             }
@@ -220,7 +135,11 @@ impl WindowAggregate {
         Ok(())
     }
 
-    fn output(&self, start: i64, groups: &[(Box<[u8]>, Group)]) -> Result<RecordBatch, TaskError> {
+    fn output(
+        &self,
+        start: i64,
+        groups: &[(Box<[u8]>, GroupAccs)],
+    ) -> Result<RecordBatch, TaskError> {
         let n = groups.len();
         let parser = self.hasher.converter().parser();
         let keys = self
@@ -228,17 +147,13 @@ impl WindowAggregate {
             .converter()
             .convert_rows(groups.iter().map(|(k, _)| parser.parse(k)))
             .map_err(|e| self.ctx.error(e))?;
+        let end = start.saturating_add(self.size);
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampMicrosecondArray::from(vec![start; n])),
-            Arc::new(TimestampMicrosecondArray::from(vec![
-                start.saturating_add(
-                    self.size
-                );
-                n
-            ])),
+            Arc::new(TimestampMicrosecondArray::from(vec![end; n])),
         ];
         columns.extend(keys);
-        let accs: Vec<&GroupAccs> = groups.iter().map(|(_, g)| &g.accs).collect();
+        let accs: Vec<&GroupAccs> = groups.iter().map(|(_, g)| g).collect();
         columns.extend(self.plan.aggregates.finish(&accs));
         RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
     }
@@ -253,11 +168,9 @@ impl Operator for WindowAggregate {
     ) -> Result<(), TaskError> {
         let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
         let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let values = self
-            .plan
-            .aggregates
-            .values(&batch)
-            .map_err(|e| self.ctx.error(e))?;
+        let aggregates = &self.plan.aggregates;
+        let values = aggregates.values(&batch).map_err(|e| self.ctx.error(e))?;
+        let watermark = self.table.watermark();
         let mut late: Vec<u32> = Vec::new();
         for row in 0..batch.num_rows() {
             if times.is_null(row) {
@@ -275,21 +188,12 @@ impl Operator for WindowAggregate {
                 let closes = start
                     .saturating_add(self.size)
                     .saturating_add(self.lateness);
-                if self.watermark.is_none_or(|w| closes > w) {
+                if watermark.is_none_or(|w| closes > w) {
                     placed = true;
-                    let groups = self.windows.entry(start).or_default();
-                    if !groups.contains_key(key) {
-                        groups.insert(
-                            key.into(),
-                            Group {
-                                vnode: KeyHasher::vnode_of(key),
-                                accs: self.plan.aggregates.new_group(),
-                            },
-                        );
-                    }
-                    if let Some(group) = groups.get_mut(key) {
-                        self.plan.aggregates.fold(&mut group.accs, &values, row, t);
-                    }
+                    let group = self
+                        .table
+                        .get_or_insert_with(start, key, || aggregates.new_group());
+                    aggregates.fold(group, &values, row, t);
                 }
                 start -= self.slide;
             }
@@ -298,14 +202,16 @@ impl Operator for WindowAggregate {
             }
         }
         out.late(&batch, late)?;
-        self.report_groups(out);
+        self.gauge.report(self.table.len() as u64, out);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Some(w) = advance(&mut self.watermark, watermark) {
+        if let Watermark::At(w) = watermark
+            && let Some(w) = self.table.advance(w)
+        {
             self.fire(w, out)?;
-            self.report_groups(out);
+            self.gauge.report(self.table.len() as u64, out);
         }
         // Windows kept open by allowed lateness emit rows up to that much
         // behind the watermark: hold it back so they are not late downstream.
@@ -313,8 +219,6 @@ impl Operator for WindowAggregate {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let snapshot = self.snapshot(epoch)?;
-        self.ctx.hand_off(epoch, &self.format, snapshot);
-        Ok(())
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
 }

@@ -266,6 +266,8 @@ proptest! {
                             key: format!("task-{}", op.ctx.task),
                             sha256: snap.sha256,
                             bytes: snap.bytes.len() as u64,
+                            epoch: 1,
+                            delta: false,
                         };
                         (object, snap.bytes)
                     })
