@@ -24,6 +24,9 @@ pub enum NewKind {
     Source,
     Sink,
     Step,
+    /// A step whose per-key state and event-time timers the host keeps
+    /// (Rust only).
+    KeyedStep,
 }
 
 /// The language `fvhost plugin new` scaffolds in.
@@ -498,6 +501,7 @@ fn new_plugin(
         NewKind::Source => ScaffoldKind::Source,
         NewKind::Sink => ScaffoldKind::Sink,
         NewKind::Step => ScaffoldKind::Step,
+        NewKind::KeyedStep => ScaffoldKind::KeyedStep,
     };
     match new_plugin(&dir, &package, kind, language, sdk.as_deref()) {
         Ok(files) => {

@@ -341,3 +341,78 @@ fn a_failing_on_timers_stops_the_run_with_the_plugins_words() {
     );
     assert!(s.output_lines("out").is_empty(), "no counts were committed");
 }
+
+/// `fvhost plugin new --kind keyed-step` → the crate's own `cargo test` →
+/// `plugin build` → its `topology.toml`: every generated bid is counted in
+/// exactly one emitted (auction, rows) window. Other languages are refused,
+/// naming Rust.
+#[test]
+fn a_scaffolded_keyed_step_tests_builds_and_counts_every_row_once() {
+    let s = Scratch::new();
+    let refused = s.fvhost(&[
+        "plugin",
+        "new",
+        "acme:count-py",
+        "--kind",
+        "keyed-step",
+        "--lang",
+        "python",
+    ]);
+    assert_exit(&refused, 2);
+    assert!(refused.stderr.contains("Rust only"), "{}", refused.stderr);
+    let made = s.fvhost(&[
+        "plugin",
+        "new",
+        "acme:count-per-key",
+        "--kind",
+        "keyed-step",
+    ]);
+    assert_exit(&made, 0);
+    let dir = s.path().join("count-per-key");
+    // Build into the plugins' target directory, where the SDK's
+    // dependencies are compiled already (same Cargo.lock).
+    std::fs::copy(
+        crate::support::repo().join("Cargo.lock"),
+        dir.join("Cargo.lock"),
+    )
+    .expect("lock");
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("plugins");
+    std::os::unix::fs::symlink(&target, dir.join("target")).expect("target link");
+    let in_crate = |program: &str, args: &[&str]| {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .current_dir(&dir)
+            .env("FVHOST_CACHE_DIR", crate::support::cache_dir())
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{program} {args:?}:\n{stderr}");
+        (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
+    };
+    let (tests, _) = in_crate(env!("CARGO"), &["test"]);
+    assert!(tests.contains("2 passed"), "{tests}");
+    let fvhost = env!("CARGO_BIN_EXE_fvhost");
+    let (built, _) = in_crate(fvhost, &["plugin", "build"]);
+    assert!(built.trim().ends_with("count_per_key.wasm"), "{built}");
+    let (rows, log) = in_crate(fvhost, &["run", "topology.toml", "--no-progress"]);
+    let lines: Vec<String> = rows.lines().map(str::to_string).collect();
+    let counted: i64 = crate::support::int_column(&lines, "rows").iter().sum();
+    let bids: i64 = log
+        .lines()
+        .find(|l| l.starts_with("bids "))
+        .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or_else(|| panic!("the summary's source row:\n{log}"));
+    assert!(bids > 800, "{log}");
+    assert_eq!(counted, bids, "{log}");
+    let auctions = crate::support::int_column(&lines, "auction");
+    assert!(
+        auctions.len() > 1 && auctions.len() == lines.len(),
+        "{rows}"
+    );
+}

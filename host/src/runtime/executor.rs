@@ -1,6 +1,12 @@
 //! Runs a [`Plan`]: one thread per task, bounded channels on every edge,
 //! the epoch coordinator, graceful stop, and the first failure as the run's
 //! error.
+//!
+//! [`run`] is a sequence of steps: `resume` (the newest restorable
+//! epoch, checked against the plan), `wire_edges` and `wire_side_outputs`
+//! (the channels), `Launch` (a thread per source, stage and sink task;
+//! each planned stage task builds its own operator), then the coordinator.
+//! It never decides what an operator does or what its state is.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,14 +22,16 @@ use super::message::{Message, Watermark, WatermarkTracker};
 use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, commit_durable};
-use super::plan::{Plan, SourceEventTime, StageTask};
+use super::plan::{Plan, PlannedSink, PlannedSource, PlannedStage, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
 use crate::epoch::{
     Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
     newest_restorable,
 };
+use crate::plugin::LoadedPlugin;
 use crate::plugin::{FailureKind, PluginError, SourceInstance, SourcePoll};
-use crate::state::KeyHasher;
+use crate::state::{KeyHasher, StateObject};
+use crate::topology::{Settings, Topology};
 use arrow::datatypes::SchemaRef;
 
 /// How often an idle task wakes up, and how long an idle source waits.
@@ -86,19 +94,84 @@ pub fn run(
     store: EpochStore,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let (restored, mut restored_state) = match newest_restorable(&store)? {
+    let mut resume = resume(&mut plan, &store)?;
+    let metric = |name: &str| {
+        metrics
+            .iter()
+            .find(|m| m.name == name)
+            .map(Arc::clone)
+            .unwrap_or_default()
+    };
+    let mut wiring = wire_edges(&plan, &metric)?;
+    wire_side_outputs(&plan, &metric, &mut wiring);
+    let settings = plan.topology.settings.clone();
+    let mut launch = Launch::new(&settings, &control, &resume);
+    let Plan {
+        sources,
+        stages,
+        sinks,
+        topology,
+        plugins,
+    } = plan;
+    for source in sources {
+        let m = metric(&source.name);
+        launch.sources(source, &m, &mut wiring, &mut resume)?;
+    }
+    for stage in stages {
+        let m = metric(&stage.name);
+        launch.stage(stage, &m, &mut wiring, &mut resume, &store)?;
+    }
+    for sink in sinks {
+        let m = metric(&sink.name);
+        launch.sink(sink, &m, &mut wiring)?;
+    }
+    let handles = std::mem::take(&mut launch.handles);
+    let committed_epoch = launch.coordinate(&topology, &plugins, store);
+    for (name, handle) in handles {
+        if handle.join().is_err() {
+            control.fail(format!(
+                "task {name} panicked (a bug in fvhost; please report it)"
+            ));
+        }
+    }
+    let report = RunReport {
+        stages: metrics.to_vec(),
+        elapsed: started.elapsed(),
+        stopped: control.stop_requested(),
+        restored_epoch: resume.manifest.map(|m| m.epoch),
+        committed_epoch,
+    };
+    match control.failure() {
+        Some(message) => Err(RunError::Task(message)),
+        None => Ok(report),
+    }
+}
+
+/// What a run resumes from: the newest complete manifest (if any), its
+/// state objects by stage, and each source task's split positions.
+struct Resume {
+    manifest: Option<Manifest>,
+    state: BTreeMap<String, Vec<(StateObject, Vec<u8>)>>,
+    positions: TaskPositions,
+    /// The run's first epoch.
+    first_epoch: u64,
+}
+
+/// Find the newest restorable epoch, drop newer ones, check that the plan
+/// can resume from it and hand the plan's sinks their handles.
+fn resume(plan: &mut Plan, store: &EpochStore) -> Result<Resume, RunError> {
+    let (manifest, state) = match newest_restorable(store)? {
         Some(r) => (Some(r.manifest), r.state),
         None => (None, BTreeMap::new()),
     };
     // Epochs newer than the one resumed from never committed (partial) or
     // cannot be used (corrupt): their objects must not linger.
-    store.discard_after(restored.as_ref().map(|m| m.epoch))?;
-    // Per source task, the positions of the splits it reads.
-    let mut restored_positions = BTreeMap::new();
-    if let Some(m) = &restored {
-        check_state_formats(&plan, m)?;
-        check_plugin_versions(&plan, m)?;
-        restored_positions = restore(&mut plan, m)?;
+    store.discard_after(manifest.as_ref().map(|m| m.epoch))?;
+    let mut positions = BTreeMap::new();
+    if let Some(m) = &manifest {
+        check_state_formats(plan, m)?;
+        check_plugin_versions(plan, m)?;
+        positions = restore(plan, m)?;
         if m.topology_digest != plan.topology.digest {
             tracing::warn!(
                 epoch = m.epoch,
@@ -107,17 +180,52 @@ pub fn run(
         }
         tracing::info!(epoch = m.epoch, "resuming from the newest complete epoch");
     }
-    let first_epoch = restored.as_ref().map(|m| m.epoch + 1).unwrap_or(1);
-    let settings = plan.topology.settings.clone();
-    let metric = |name: &str| {
-        metrics
-            .iter()
-            .find(|m| m.name == name)
-            .map(Arc::clone)
-            .unwrap_or_default()
-    };
+    Ok(Resume {
+        first_epoch: manifest.as_ref().map(|m| m.epoch + 1).unwrap_or(1),
+        manifest,
+        state,
+        positions,
+    })
+}
 
-    // Edges: per producer task its downstream senders, per consumer task its inputs.
+/// The channels of every edge: per producer task its downstreams, per
+/// consumer task its inputs, per task its side output (dead letters, late
+/// rows).
+struct Wiring {
+    outputs: BTreeMap<(String, usize), Vec<Downstream>>,
+    /// Per consumer task: (position of the upstream in its input list,
+    /// receiver, gauge).
+    inputs: BTreeMap<(String, usize), Vec<TaskInput>>,
+    side_outputs: BTreeMap<(String, usize), EdgeSender>,
+}
+
+impl Wiring {
+    /// The emitter of task `task` of `node`: its downstreams and side output.
+    fn emitter(&mut self, node: &str, task: usize, metrics: &Arc<StageMetrics>) -> Emitter {
+        let at = (node.to_string(), task);
+        Emitter::new(
+            self.outputs.remove(&at).unwrap_or_default(),
+            self.side_outputs.remove(&at),
+            Arc::clone(metrics),
+        )
+        .for_task(task)
+    }
+
+    /// The inputs of task `task` of `node`.
+    fn inputs(&mut self, node: &str, task: usize) -> Vec<TaskInput> {
+        self.inputs
+            .remove(&(node.to_string(), task))
+            .unwrap_or_default()
+    }
+}
+
+/// One bounded channel per (producer task, consumer task) of every edge;
+/// rows into a keyed stage are routed by their key's vnode.
+fn wire_edges(
+    plan: &Plan,
+    metric: &impl Fn(&str) -> Arc<StageMetrics>,
+) -> Result<Wiring, RunError> {
+    let capacity = plan.topology.settings.channel_capacity;
     let mut parallelism: BTreeMap<String, usize> = BTreeMap::new();
     for s in &plan.sources {
         parallelism.insert(s.name.clone(), s.tasks.len());
@@ -135,9 +243,11 @@ pub fn run(
                 .map(|s| (s.name.clone(), s.inputs.clone(), s.tasks.len())),
         )
         .collect();
-    let mut outputs: BTreeMap<(String, usize), Vec<Downstream>> = BTreeMap::new();
-    // Per consumer task: (position of the upstream in its input list, receiver).
-    let mut inputs: BTreeMap<(String, usize), Vec<TaskInput>> = BTreeMap::new();
+    let mut wiring = Wiring {
+        outputs: BTreeMap::new(),
+        inputs: BTreeMap::new(),
+        side_outputs: BTreeMap::new(),
+    };
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
     for s in &plan.sources {
         schemas.insert(s.name.clone(), Arc::clone(&s.schema));
@@ -152,21 +262,16 @@ pub fn run(
     for (consumer, names, tasks) in &consumers {
         for (position, input) in names.iter().enumerate() {
             let producers = parallelism.get(input).copied().unwrap_or(0);
-            let gauge = EdgeGauge::new(
-                input,
-                consumer,
-                false,
-                producers * tasks,
-                settings.channel_capacity,
-            );
+            let gauge = EdgeGauge::new(input, consumer, false, producers * tasks, capacity);
             metric(consumer).watch_edge(Arc::clone(&gauge));
             for p in 0..producers {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
-                    let (tx, rx) = bounded(settings.channel_capacity);
+                    let (tx, rx) = bounded(capacity);
                     let channel = gauge.channel(p * tasks + c);
                     senders.push(EdgeSender::new(tx, channel.clone()));
-                    inputs
+                    wiring
+                        .inputs
                         .entry((consumer.clone(), c))
                         .or_default()
                         .push((position, rx, channel));
@@ -181,32 +286,40 @@ pub fn run(
                     }
                     _ => Downstream::new(senders),
                 };
-                outputs
+                wiring
+                    .outputs
                     .entry((input.clone(), p))
                     .or_default()
                     .push(downstream);
             }
         }
     }
-    // Side outputs: each step task has its own edge to the dead-letter
-    // sink, each task of a stage with `late_rows` its own edge to that
-    // sink, so that barriers align there like on any other edge.
-    let mut side_outputs: BTreeMap<(String, usize), EdgeSender> = BTreeMap::new();
+    Ok(wiring)
+}
+
+/// Side outputs: each step task has its own edge to the dead-letter sink,
+/// each task of a stage with `late_rows` its own edge to that sink, and
+/// each source task one to the dead-letter sink (records it could not
+/// read), so that barriers align there like on any other edge.
+fn wire_side_outputs(
+    plan: &Plan,
+    metric: &impl Fn(&str) -> Arc<StageMetrics>,
+    wiring: &mut Wiring,
+) {
+    let capacity = plan.topology.settings.channel_capacity;
     let mut side_edge = |from: &str, to: &str, tasks: &[bool]| {
-        let gauge = EdgeGauge::new(
-            from,
-            to,
-            true,
-            tasks.iter().filter(|t| **t).count(),
-            settings.channel_capacity,
-        );
+        let feeding = tasks.iter().filter(|t| **t).count();
+        let gauge = EdgeGauge::new(from, to, true, feeding, capacity);
         let mut channels = 0;
         for (i, _) in tasks.iter().enumerate().filter(|(_, t)| **t) {
-            let (tx, rx) = bounded(settings.channel_capacity);
+            let (tx, rx) = bounded(capacity);
             let channel = gauge.channel(channels);
             channels += 1;
-            side_outputs.insert((from.to_string(), i), EdgeSender::new(tx, channel.clone()));
-            inputs
+            wiring
+                .side_outputs
+                .insert((from.to_string(), i), EdgeSender::new(tx, channel.clone()));
+            wiring
+                .inputs
                 .entry((to.to_string(), 0))
                 .or_default()
                 .push((0, rx, channel));
@@ -232,44 +345,75 @@ pub fn run(
             side_edge(&stage.name, sink, &tasks);
         }
     }
-    // Records a source could not read (malformed messages) go to the
-    // dead-letter sink too, on an edge per source task.
     if let Some(dlq) = &plan.topology.dead_letter {
         for source in &plan.sources {
             side_edge(&source.name, dlq, &vec![true; source.tasks.len()]);
         }
     }
+}
 
-    let (ack_tx, ack_rx) = unbounded::<Ack>();
-    let mut source_commands = Vec::new();
-    let mut sink_commands = Vec::new();
-    let mut handles: Vec<(String, JoinHandle<()>)> = Vec::new();
-    let spawn =
-        |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(String, JoinHandle<()>), RunError> {
-            let handle = std::thread::Builder::new()
-                .name(format!("fv-{name}"))
-                .spawn(move || {
-                    f();
-                    super::cpu::task_thread_ended();
-                })
-                .map_err(|e| RunError::Spawn(e.to_string()))?;
-            Ok((name, handle))
-        };
+/// The task threads of a run as they start, and what the coordinator
+/// needs to know of them.
+struct Launch<'a> {
+    settings: &'a Settings,
+    control: &'a Arc<RunControl>,
+    first_epoch: u64,
+    /// The epoch resumed from (0: none), for restore errors.
+    resumed: u64,
+    acks: Sender<Ack>,
+    acks_in: Receiver<Ack>,
+    source_commands: Vec<Sender<SourceCommand>>,
+    sink_commands: Vec<Sender<SinkCommand>>,
+    handles: Vec<(String, JoinHandle<()>)>,
+    source_tasks: usize,
+    state_tasks: usize,
+    sink_tasks: usize,
+}
 
-    let source_tasks: usize = plan.sources.iter().map(|s| s.tasks.len()).sum();
-    for source in plan.sources {
-        let m = metric(&source.name);
+impl<'a> Launch<'a> {
+    fn new(settings: &'a Settings, control: &'a Arc<RunControl>, resume: &Resume) -> Self {
+        let (acks, acks_in) = unbounded::<Ack>();
+        Launch {
+            settings,
+            control,
+            first_epoch: resume.first_epoch,
+            resumed: resume.manifest.as_ref().map(|m| m.epoch).unwrap_or(0),
+            acks,
+            acks_in,
+            source_commands: Vec::new(),
+            sink_commands: Vec::new(),
+            handles: Vec::new(),
+            source_tasks: 0,
+            state_tasks: 0,
+            sink_tasks: 0,
+        }
+    }
+
+    /// Start a thread named after its task.
+    fn spawn(&mut self, name: String, f: Box<dyn FnOnce() + Send>) -> Result<(), RunError> {
+        let handle = std::thread::Builder::new()
+            .name(format!("fv-{name}"))
+            .spawn(move || {
+                f();
+                super::cpu::task_thread_ended();
+            })
+            .map_err(|e| RunError::Spawn(e.to_string()))?;
+        self.handles.push((name, handle));
+        Ok(())
+    }
+
+    /// Start every task of a source, at its restored positions.
+    fn sources(
+        &mut self,
+        source: PlannedSource,
+        metrics: &Arc<StageMetrics>,
+        wiring: &mut Wiring,
+        resume: &mut Resume,
+    ) -> Result<(), RunError> {
         for (i, instance) in source.tasks.into_iter().enumerate() {
-            let emitter = Emitter::new(
-                outputs
-                    .remove(&(source.name.clone(), i))
-                    .unwrap_or_default(),
-                side_outputs.remove(&(source.name.clone(), i)),
-                Arc::clone(&m),
-            )
-            .for_task(i);
             let (cmd_tx, cmd_rx) = unbounded();
-            source_commands.push(cmd_tx);
+            self.source_commands.push(cmd_tx);
+            self.source_tasks += 1;
             let task = SourceTask {
                 name: source.name.clone(),
                 task: i,
@@ -277,147 +421,163 @@ pub fn run(
                 clock: WatermarkClock::new(SystemClock),
                 reported: BTreeMap::new(),
                 instance,
-                out: emitter,
+                out: wiring.emitter(&source.name, i, metrics),
                 commands: cmd_rx,
-                acks: ack_tx.clone(),
-                batch_size: settings.batch_size,
-                positions: restored_positions
+                acks: self.acks.clone(),
+                batch_size: self.settings.batch_size,
+                positions: resume
+                    .positions
                     .remove(&(source.name.clone(), i))
                     .unwrap_or_default()
                     .into_iter()
                     .collect(),
-                first_poll_of: Some(first_epoch),
+                first_poll_of: Some(self.first_epoch),
             };
-            let control = Arc::clone(&control);
-            handles.push(spawn(
+            let control = Arc::clone(self.control);
+            self.spawn(
                 format!("{}[{i}]", source.name),
                 Box::new(move || task.run(&control)),
-            )?);
+            )?;
         }
+        Ok(())
     }
-    let mut state_tasks = 0;
-    let full_every = settings.checkpoint_full_every;
-    for stage in plan.stages {
-        let m = metric(&stage.name);
-        let stage_parallelism = stage.tasks.len();
-        let stage_state = restored_state.remove(&stage.name).unwrap_or_default();
+
+    /// Start every task of a stage; a stateful one restores its vnodes'
+    /// state first.
+    fn stage(
+        &mut self,
+        stage: PlannedStage,
+        metrics: &Arc<StageMetrics>,
+        wiring: &mut Wiring,
+        resume: &mut Resume,
+        store: &EpochStore,
+    ) -> Result<(), RunError> {
+        let parallelism = stage.tasks.len();
+        let saved = resume.state.remove(&stage.name).unwrap_or_default();
         for (i, task) in stage.tasks.into_iter().enumerate() {
-            let emitter = Emitter::new(
-                outputs.remove(&(stage.name.clone(), i)).unwrap_or_default(),
-                side_outputs.remove(&(stage.name.clone(), i)),
-                Arc::clone(&m),
-            )
-            .for_task(i);
-            let task_inputs = inputs.remove(&(stage.name.clone(), i)).unwrap_or_default();
+            let emitter = wiring.emitter(&stage.name, i, metrics);
+            let inputs = wiring.inputs(&stage.name, i);
             let state_context = || {
                 StateContext::new(
                     &stage.name,
                     i as u32,
-                    stage_parallelism,
-                    &stage_state,
+                    parallelism,
+                    &saved,
                     store.clone(),
-                    ack_tx.clone(),
-                    Arc::clone(&control),
+                    self.acks.clone(),
+                    Arc::clone(self.control),
                 )
-                .with_full_every(full_every)
-            };
-            let restore_error = |e: TaskError| RunError::Restore {
-                epoch: restored.as_ref().map(|m| m.epoch).unwrap_or(0),
-                message: e.to_string(),
+                .with_full_every(self.settings.checkpoint_full_every)
             };
             let stateful = task.state_format().is_some();
-            state_tasks += usize::from(stateful);
+            let resumed = self.resumed;
             let op = task
                 .operator(&stage.name, state_context)
                 .map_err(|e| match stateful {
-                    true => restore_error(e),
+                    true => RunError::Restore {
+                        epoch: resumed,
+                        message: e.to_string(),
+                    },
                     false => RunError::Task(e.to_string()),
                 })?;
-            let control = Arc::clone(&control);
-            handles.push(spawn(
+            self.state_tasks += usize::from(stateful);
+            let control = Arc::clone(self.control);
+            self.spawn(
                 format!("{}[{i}]", stage.name),
-                Box::new(move || operator_task(op, task_inputs, None, emitter, &control)),
-            )?);
+                Box::new(move || operator_task(op, inputs, None, emitter, &control)),
+            )?;
         }
+        Ok(())
     }
-    let mut sink_tasks = 0;
-    for sink in plan.sinks {
-        let m = metric(&sink.name);
+
+    /// Start every task of a sink.
+    fn sink(
+        &mut self,
+        sink: PlannedSink,
+        metrics: &Arc<StageMetrics>,
+        wiring: &mut Wiring,
+    ) -> Result<(), RunError> {
         for (i, instance) in sink.tasks.into_iter().enumerate() {
-            let emitter = Emitter::new(Vec::new(), None, Arc::clone(&m));
-            let task_inputs = inputs.remove(&(sink.name.clone(), i)).unwrap_or_default();
+            let emitter = Emitter::new(Vec::new(), None, Arc::clone(metrics));
+            let inputs = wiring.inputs(&sink.name, i);
             // A sink without inputs (a dead-letter sink with no step to feed
             // it) never sees a barrier and takes no part in epochs.
-            let commands = if task_inputs.is_empty() {
+            let commands = if inputs.is_empty() {
                 None
             } else {
-                sink_tasks += 1;
+                self.sink_tasks += 1;
                 let (cmd_tx, cmd_rx) = unbounded();
-                sink_commands.push(cmd_tx);
+                self.sink_commands.push(cmd_tx);
                 Some(cmd_rx)
             };
             let op: Box<dyn Operator> = Box::new(SinkWriter::new(
                 instance,
                 &sink.name,
                 i as u32,
-                first_epoch,
-                ack_tx.clone(),
-                Arc::clone(&control),
+                self.first_epoch,
+                self.acks.clone(),
+                Arc::clone(self.control),
             ));
-            let control = Arc::clone(&control);
-            handles.push(spawn(
+            let control = Arc::clone(self.control);
+            self.spawn(
                 format!("{}[{i}]", sink.name),
-                Box::new(move || operator_task(op, task_inputs, commands, emitter, &control)),
-            )?);
+                Box::new(move || operator_task(op, inputs, commands, emitter, &control)),
+            )?;
         }
+        Ok(())
     }
-    drop(ack_tx);
-    let coordinator = Coordinator::new(
-        CoordinatorConfig {
-            topology: plan.topology.name.clone(),
-            topology_digest: plan.topology.digest.clone(),
-            plugins: plan
-                .plugins
-                .iter()
-                .map(|(r, p)| (r.clone(), p.digest.clone()))
-                .collect(),
-            plugin_versions: plan
-                .plugins
-                .values()
-                .filter(|p| !p.metadata.package.is_empty())
-                .map(|p| (p.metadata.package.clone(), p.metadata.version.clone()))
-                .collect(),
-            interval: settings.checkpoint_interval,
-            retain: settings.checkpoint_retain,
+
+    /// Run the epoch coordinator until every task is done: the last
+    /// committed epoch.
+    fn coordinate(
+        self,
+        topology: &Topology,
+        plugins: &BTreeMap<String, LoadedPlugin>,
+        store: EpochStore,
+    ) -> Option<u64> {
+        let Launch {
+            settings,
+            control,
             first_epoch,
+            acks,
+            acks_in,
+            source_commands,
+            sink_commands,
             source_tasks,
-            sink_tasks,
             state_tasks,
-        },
-        store,
-        source_commands,
-        sink_commands,
-        ack_rx,
-        Arc::clone(&control),
-    );
-    let committed_epoch = coordinator.run();
-    for (name, handle) in handles {
-        if handle.join().is_err() {
-            control.fail(format!(
-                "task {name} panicked (a bug in fvhost; please report it)"
-            ));
-        }
-    }
-    let report = RunReport {
-        stages: metrics.to_vec(),
-        elapsed: started.elapsed(),
-        stopped: control.stop_requested(),
-        restored_epoch: restored.map(|m| m.epoch),
-        committed_epoch,
-    };
-    match control.failure() {
-        Some(message) => Err(RunError::Task(message)),
-        None => Ok(report),
+            sink_tasks,
+            ..
+        } = self;
+        // Only the tasks hold senders now: the coordinator sees every ack
+        // channel close when they are all gone.
+        drop(acks);
+        let coordinator = Coordinator::new(
+            CoordinatorConfig {
+                topology: topology.name.clone(),
+                topology_digest: topology.digest.clone(),
+                plugins: plugins
+                    .iter()
+                    .map(|(r, p)| (r.clone(), p.digest.clone()))
+                    .collect(),
+                plugin_versions: plugins
+                    .values()
+                    .filter(|p| !p.metadata.package.is_empty())
+                    .map(|p| (p.metadata.package.clone(), p.metadata.version.clone()))
+                    .collect(),
+                interval: settings.checkpoint_interval,
+                retain: settings.checkpoint_retain,
+                first_epoch,
+                source_tasks,
+                sink_tasks,
+                state_tasks,
+            },
+            store,
+            source_commands,
+            sink_commands,
+            acks_in,
+            Arc::clone(control),
+        );
+        coordinator.run()
     }
 }
 

@@ -29,7 +29,8 @@ pub(super) fn files(
             include_str!("../../../../plugins/sdk-js/templates/sink.js"),
             include_str!("../../../../plugins/sdk-js/templates/sink.test.mjs"),
         ),
-        ScaffoldKind::Step => (
+        // A keyed step is refused before: Rust only.
+        ScaffoldKind::Step | ScaffoldKind::KeyedStep => (
             include_str!("../../../../plugins/sdk-js/templates/step.js"),
             include_str!("../../../../plugins/sdk-js/templates/step.test.mjs"),
         ),

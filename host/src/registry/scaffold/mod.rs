@@ -4,7 +4,7 @@
 //! componentize-py) or JavaScript ([`js`]: a module over the `fv-plugin`
 //! npm package, built with componentize-js). Every language gets the same
 //! example of the chosen kind (a filter step, a counting source, a
-//! counting sink), a unit test in its own language, the JSON Schema of its
+//! counting sink; in Rust also a keyed step counting per key and window), a unit test in its own language, the JSON Schema of its
 //! config, a runnable `topology.toml` (generator → plugin → stdout) and a
 //! README.
 //!
@@ -28,15 +28,19 @@ pub enum ScaffoldKind {
     Sink,
     /// A step (here: keeps rows whose `column` is above `min`).
     Step,
+    /// A keyed step, whose per-key state and timers the host keeps (here:
+    /// counts each key's rows for `window_ms` of event time). Rust only.
+    KeyedStep,
 }
 
 impl ScaffoldKind {
-    /// `source`, `sink`, `step`.
+    /// `source`, `sink`, `step`, `keyed step`.
     pub fn as_str(self) -> &'static str {
         match self {
             ScaffoldKind::Source => "source",
             ScaffoldKind::Sink => "sink",
             ScaffoldKind::Step => "step",
+            ScaffoldKind::KeyedStep => "keyed step",
         }
     }
 }
@@ -79,6 +83,15 @@ pub fn new_plugin(
             "this language needs the SDK's directory (--sdk)",
         ),
     };
+    if kind == ScaffoldKind::KeyedStep && language != ScaffoldLanguage::Rust {
+        return Err(RegistryError::Io {
+            path: dir.display().to_string(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "a keyed step is scaffolded in Rust only for now (--lang rust): the Python and JavaScript SDKs do not offer keyed state yet",
+            ),
+        });
+    }
     let files = match language {
         ScaffoldLanguage::Rust => rust::files(dir, package, kind, sdk.ok_or_else(needs_sdk)?),
         ScaffoldLanguage::Python => python::files(dir, package, kind),
@@ -118,6 +131,10 @@ impl Example {
                 description: "A step that keeps rows whose column is above `min`",
                 flow: "generator → this step → stdout",
             },
+            ScaffoldKind::KeyedStep => Example {
+                description: "A keyed step that counts each key's rows for `window_ms` of event time",
+                flow: "generator → this keyed step (key = auction) → stdout",
+            },
         }
     }
 }
@@ -128,6 +145,9 @@ fn config_example(kind: ScaffoldKind) -> &'static str {
         ScaffoldKind::Source => r#"{"count": 10}"#,
         ScaffoldKind::Step => r#"{"column": "price", "min": 10000000}"#,
         ScaffoldKind::Sink => "{}",
+        ScaffoldKind::KeyedStep => {
+            r#"{"column": "auction", "time": "date_time", "window_ms": 1000}"#
+        }
     }
 }
 
@@ -137,6 +157,7 @@ fn config_schema(kind: ScaffoldKind) -> &'static str {
         ScaffoldKind::Source => SOURCE_SCHEMA,
         ScaffoldKind::Sink => SINK_SCHEMA,
         ScaffoldKind::Step => STEP_SCHEMA,
+        ScaffoldKind::KeyedStep => KEYED_STEP_SCHEMA,
     }
 }
 
@@ -151,6 +172,9 @@ fn try_topology(kind: ScaffoldKind, node: &str, wasm: &str) -> String {
         ),
         ScaffoldKind::Step => format!(
             "[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[stages.{node}]\ninput = \"bids\"\npath = \"{wasm}\"\nconfig = {{ column = \"price\", min = 10000000 }}\n\n[sinks.print]\ninput = \"{node}\"\nplugin = \"stdout-sink\"\nconfig = {{ limit = 20 }}\n"
+        ),
+        ScaffoldKind::KeyedStep => format!(
+            "[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\nwatermark = {{ column = \"date_time\", delay = \"1s\" }}\n\n# Rows are routed by `key`: each task holds the state of its keys.\n[stages.{node}]\ninput = \"bids\"\npath = \"{wasm}\"\nkey = [\"auction\"]\nconfig = {{ column = \"auction\", time = \"date_time\", window_ms = 1000 }}\n\n[sinks.print]\ninput = \"{node}\"\nplugin = \"stdout-sink\"\n"
         ),
         ScaffoldKind::Sink => format!(
             "[sources.bids]\nplugin = \"generator\"\nconfig = {{ kind = \"nexmark\", stream = \"bid\", events = 1000 }}\n\n[sinks.{node}]\ninput = \"bids\"\npath = \"{wasm}\"\nconfig = {{}}\n"
@@ -180,6 +204,19 @@ const STEP_SCHEMA: &str = r#"{
     "min": { "type": "integer", "description": "Keep rows whose value is above this" }
   },
   "required": ["column", "min"],
+  "additionalProperties": false
+}
+"#;
+
+const KEYED_STEP_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "column": { "type": "string", "description": "The int64 key column (the stage's key)" },
+    "time": { "type": "string", "description": "The event-time column (a millisecond or microsecond timestamp)" },
+    "window_ms": { "type": "integer", "minimum": 1, "description": "How long each key counts from its first row, in milliseconds" }
+  },
+  "required": ["column", "time", "window_ms"],
   "additionalProperties": false
 }
 "#;

@@ -97,7 +97,8 @@ pub(super) fn files(
             include_str!("../../../../plugins/sdk-python/templates/sink.py"),
             include_str!("../../../../plugins/sdk-python/templates/test_sink.py"),
         ),
-        ScaffoldKind::Step => (
+        // A keyed step is refused before: Rust only.
+        ScaffoldKind::Step | ScaffoldKind::KeyedStep => (
             include_str!("../../../../plugins/sdk-python/templates/step.py"),
             include_str!("../../../../plugins/sdk-python/templates/test_step.py"),
         ),

@@ -27,6 +27,7 @@ pub(super) fn files(
         ScaffoldKind::Source => SOURCE,
         ScaffoldKind::Sink => SINK,
         ScaffoldKind::Step => STEP,
+        ScaffoldKind::KeyedStep => KEYED_STEP,
     };
     let cargo = format!(
         r#"[package]
@@ -52,11 +53,18 @@ serde = {{ version = "1", features = ["derive"] }}
     let lib = body.replace("__PACKAGE__", &package.to_string());
     let file = crate_name.replace('-', "_");
     let wasm = format!("target/wasm32-wasip2/release/{file}.wasm");
+    // `plugin test` runs a step without a topology, so without a key.
+    let try_alone = match kind {
+        ScaffoldKind::KeyedStep => String::new(),
+        _ => format!(
+            "fvhost plugin test . --config '{}'   # on sample rows, no topology\n",
+            config_example(kind)
+        ),
+    };
     let readme = format!(
-        "# {package}\n\n{description} — an fvhost {kind} plugin in Rust.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints {wasm}\nfvhost plugin test . --config '{config}'   # on sample rows, no topology\nfvhost run topology.toml        # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
+        "# {package}\n\n{description} — an fvhost {kind} plugin in Rust.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints {wasm}\n{try_alone}fvhost run topology.toml        # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
         description = example.description,
         kind = kind.as_str(),
-        config = config_example(kind),
         flow = example.flow,
     );
     vec![
@@ -161,6 +169,213 @@ mod tests {
         fv_plugin_sdk::check_config_schema::<Config>(
             include_str!("../config.schema.json"),
             fv_plugin_sdk::serde_json::json!({ "column": "price", "min": 100 }),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
+    }
+}
+"#;
+
+const KEYED_STEP: &str = r#"//! __PACKAGE__: counts the rows of each key for `window_ms` of event time
+//! from the key's first row, then emits the key and its count.
+//!
+//! A keyed step: the topology routes rows by `key`, and the host keeps each
+//! key's count and timer, checkpoints them with the epoch, and restores
+//! them (re-sharded) after a restart or a parallelism change.
+
+use std::sync::Arc;
+
+use fv_plugin_sdk::arrow_array::{
+    Array, Int64Array, RecordBatch, TimestampMicrosecondArray, TimestampMillisecondArray,
+};
+use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use fv_plugin_sdk::{
+    ConfigError, KeyedState, KeyedStep, ProcessError, StepOutput, TaskContext, Timer,
+    export_keyed_step,
+};
+
+/// The `config` table of the step in a topology.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The int64 key column (the stage's `key`).
+    pub column: String,
+    /// The event-time column (a millisecond or microsecond timestamp).
+    pub time: String,
+    /// How long each key counts from its first row, in milliseconds.
+    pub window_ms: i64,
+}
+
+/// The step.
+pub struct CountPerKey {
+    config: Config,
+    output: SchemaRef,
+}
+
+/// A key's state: its value and its row count so far (16 bytes).
+pub fn encode(key: i64, rows: i64) -> Vec<u8> {
+    let mut bytes = key.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&rows.to_le_bytes());
+    bytes
+}
+
+/// The key and count in a state value written by [`encode`].
+pub fn decode(bytes: &[u8]) -> Option<(i64, i64)> {
+    let (key, rows) = bytes.split_first_chunk::<8>()?;
+    Some((i64::from_le_bytes(*key), i64::from_le_bytes(rows.try_into().ok()?)))
+}
+
+/// Event times in microseconds (the host's timer and watermark unit).
+fn micros(column: &dyn Array) -> Option<Vec<Option<i64>>> {
+    let any = column.as_any();
+    if let Some(ms) = any.downcast_ref::<TimestampMillisecondArray>() {
+        return Some(ms.iter().map(|t| t.map(|t| t.saturating_mul(1000))).collect());
+    }
+    any.downcast_ref::<TimestampMicrosecondArray>()
+        .map(|us| us.iter().collect())
+}
+
+impl KeyedStep for CountPerKey {
+    type Config = Config;
+
+    fn open(config: Config, input: SchemaRef, _task: &TaskContext) -> Result<Self, ConfigError> {
+        match input.field_with_name(&config.column).map(|f| f.data_type().clone()) {
+            Ok(DataType::Int64) => {}
+            _ => return Err(ConfigError::at("column", "the input needs an int64 column of this name")),
+        }
+        match input.field_with_name(&config.time).map(|f| f.data_type().clone()) {
+            Ok(DataType::Timestamp(TimeUnit::Millisecond | TimeUnit::Microsecond, _)) => {}
+            _ => return Err(ConfigError::at("time", "the input needs a millisecond or microsecond timestamp column of this name")),
+        }
+        if config.window_ms <= 0 {
+            return Err(ConfigError::at("window_ms", "must be above 0"));
+        }
+        let output = Arc::new(Schema::new(vec![
+            Field::new(&config.column, DataType::Int64, false),
+            Field::new("rows", DataType::Int64, false),
+            Field::new("window_end", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        ]));
+        Ok(CountPerKey { config, output })
+    }
+
+    fn input_columns(&self) -> Option<Vec<String>> {
+        Some(vec![self.config.column.clone(), self.config.time.clone()])
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// Count each row; a key's first row sets the timer that ends its window.
+    fn process(&mut self, batch: RecordBatch, state: &mut KeyedState) -> Result<StepOutput, ProcessError> {
+        let failed = |what: &str| ProcessError::Failed(format!("`{what}` is missing or of another type"));
+        let keys = batch
+            .column_by_name(&self.config.column)
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            .ok_or_else(|| failed(&self.config.column))?;
+        let times = batch
+            .column_by_name(&self.config.time)
+            .and_then(|c| micros(c.as_ref()))
+            .ok_or_else(|| failed(&self.config.time))?;
+        for (row, time) in times.into_iter().enumerate() {
+            let (Some(time), true) = (time, keys.is_valid(row)) else {
+                continue;
+            };
+            let key = state.row_key(row).to_vec();
+            let rows = match state.get(&key).as_deref().and_then(decode) {
+                Some((_, rows)) => rows,
+                None => {
+                    let window = self.config.window_ms.saturating_mul(1000);
+                    state.set_timer(&key, time.saturating_add(window));
+                    0
+                }
+            };
+            state.put(&key, &encode(keys.value(row), rows + 1)).map_err(ProcessError::Failed)?;
+        }
+        Ok(StepOutput::Batch(RecordBatch::new_empty(Arc::clone(&self.output))))
+    }
+
+    /// The watermark passed these keys' window ends: emit and forget them.
+    fn on_timers(&mut self, timers: Vec<Timer>, state: &mut KeyedState) -> Result<Option<RecordBatch>, String> {
+        let (mut keys, mut rows, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+        for timer in timers {
+            if let Some((key, n)) = state.get(&timer.key).as_deref().and_then(decode) {
+                keys.push(key);
+                rows.push(n);
+                ends.push(timer.time);
+            }
+            state.delete(&timer.key);
+        }
+        RecordBatch::try_new(
+            Arc::clone(&self.output),
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(Int64Array::from(rows)),
+                Arc::new(TimestampMicrosecondArray::from(ends)),
+            ],
+        )
+        .map(Some)
+        .map_err(|e| e.to_string())
+    }
+}
+
+// `capabilities`: what a topology may grant it (none: no files, env or
+// Kafka); `config_schema`: checked by `fvhost validate` before it runs.
+export_keyed_step!(
+    CountPerKey,
+    package = "__PACKAGE__",
+    capabilities = "",
+    config_schema = include_str!("../config.schema.json"),
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> CountPerKey {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("date_time", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        ]));
+        let config = Config { column: "auction".into(), time: "date_time".into(), window_ms: 10 };
+        let task = TaskContext { topology: "t".into(), stage: "s".into(), task_index: 0, parallelism: 1 };
+        CountPerKey::open(config, input, &task).unwrap_or_else(|e| panic!("open: {e:?}"))
+    }
+
+    /// Keys 1, 2, 1 at 0, 5, 8 ms: key 1's window ends at 10 ms, key 2's at
+    /// 15 ms; a watermark of 12 ms fires key 1 only, with 2 rows.
+    #[test]
+    fn a_key_is_emitted_with_its_count_when_its_window_ends() {
+        let mut step = step();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("auction", DataType::Int64, false),
+                Field::new("date_time", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+            ])),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 1])),
+                Arc::new(TimestampMillisecondArray::from(vec![0, 5, 8])),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("batch: {e}"));
+        // The host's row keys: any bytes that are equal for equal keys.
+        let mut state = KeyedState::in_memory(&[b"1".as_slice(), b"2".as_slice(), b"1".as_slice()]);
+        step.process(batch, &mut state).unwrap_or_else(|e| panic!("process: {e:?}"));
+        let due = state.take_due(12_000);
+        let out = step.on_timers(due, &mut state).unwrap_or_else(|e| panic!("{e}"));
+        let out = out.unwrap_or_else(|| panic!("rows"));
+        let col = |i: usize| out.column(i).as_any().downcast_ref::<Int64Array>().map(|a| a.values().to_vec());
+        assert_eq!((col(0), col(1)), (Some(vec![1]), Some(vec![2])));
+        assert_eq!(state.get(b"1".as_slice()), None, "a fired key is forgotten");
+        assert_eq!(state.get(b"2".as_slice()).as_deref().and_then(decode), Some((2, 1)));
+    }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({ "column": "auction", "time": "date_time", "window_ms": 1000 }),
         )
         .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
     }
