@@ -416,3 +416,52 @@ fn a_scaffolded_keyed_step_tests_builds_and_counts_every_row_once() {
         "{rows}"
     );
 }
+
+/// Timers fire on the watermark that precedes each barrier (velocity-check
+/// sets one per row, and the barrier snapshots the state they left): a run
+/// crashed at fixed points of an epoch — its state written but no
+/// manifest, or the manifest written but the sinks not told — and then
+/// resumed commits exactly the rows of one uninterrupted run, each timer's
+/// alert once.
+#[test]
+fn timers_fired_before_a_barrier_are_neither_lost_nor_repeated_after_restore() {
+    let reference = Scratch::new();
+    reference.write("t.toml", &velocity(5000, 2));
+    assert_exit(&reference.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let expected = alerts(&reference);
+    assert!(!expected.is_empty());
+    for point in [
+        "after-state:3",
+        "after-manifest:3",
+        "after-state:6",
+        "sink-commit:5",
+    ] {
+        let s = Scratch::new();
+        s.write("t.toml", &velocity(5000, 2));
+        let crashed = s.fvhost_env(
+            &["run", "t.toml", "--no-progress"],
+            &[("FVHOST_CRASH_AT", point)],
+        );
+        assert!(
+            crashed.stderr.contains("FVHOST_CRASH_AT: dying at"),
+            "the run reached {point}: {}",
+            crashed.stderr
+        );
+        let resumed = s.fvhost(&["run", "t.toml", "--no-progress"]);
+        assert_exit(&resumed, 0);
+        assert!(
+            resumed.stderr.contains("resumed after epoch"),
+            "{point}: {}",
+            resumed.stderr
+        );
+        let got = alerts(&s);
+        assert!(
+            got == expected,
+            "{point}: {} alerts, {} expected; first unexpected: {:?}; first missing: {:?}",
+            got.len(),
+            expected.len(),
+            got.iter().find(|r| !expected.contains(r)),
+            expected.iter().find(|r| !got.contains(r))
+        );
+    }
+}
