@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments};
+use crate::support::{Scratch, assert_exit, crash_at, crash_seed, kill_at_random_moments};
 
 /// Words (a, b, c, bad, boom) → `test-keyed-step` keyed by word on two
 /// tasks, counting rows per word in host state and emitting the counts at
@@ -125,6 +125,19 @@ fn alerts(s: &Scratch) -> Vec<(String, i64, i64)> {
     rows
 }
 
+/// `got` must be exactly `expected`; else say where they differ.
+#[track_caller]
+fn assert_alerts(got: &[(String, i64, i64)], expected: &[(String, i64, i64)], context: &str) {
+    assert!(
+        got == expected,
+        "{context}: {} alerts, {} expected; first unexpected: {:?}; first missing: {:?}",
+        got.len(),
+        expected.len(),
+        got.iter().find(|r| !expected.contains(r)),
+        expected.iter().find(|r| !got.contains(r))
+    );
+}
+
 #[test]
 fn velocity_alerts_equal_a_brute_force_oracle_over_out_of_order_rows() {
     // The oracle's input: the same rows, written out as they are.
@@ -166,15 +179,7 @@ fn velocity_alerts_equal_a_brute_force_oracle_over_out_of_order_rows() {
     let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
     assert_exit(&run, 0);
     assert!(run.stderr.contains("keyed_step"), "{}", run.stderr);
-    let got = alerts(&s);
-    assert!(
-        got == expected,
-        "{} alerts, {} expected; first unexpected: {:?}; first missing: {:?}",
-        got.len(),
-        expected.len(),
-        got.iter().find(|r| !expected.contains(r)),
-        expected.iter().find(|r| !got.contains(r))
-    );
+    assert_alerts(&alerts(&s), &expected, "two tasks");
 }
 
 #[cfg(unix)]
@@ -438,15 +443,7 @@ fn timers_fired_before_a_barrier_are_neither_lost_nor_repeated_after_restore() {
     ] {
         let s = Scratch::new();
         s.write("t.toml", &velocity(5000, 2));
-        let crashed = s.fvhost_env(
-            &["run", "t.toml", "--no-progress"],
-            &[("FVHOST_CRASH_AT", point)],
-        );
-        assert!(
-            crashed.stderr.contains("FVHOST_CRASH_AT: dying at"),
-            "the run reached {point}: {}",
-            crashed.stderr
-        );
+        crash_at(&s, point);
         let resumed = s.fvhost(&["run", "t.toml", "--no-progress"]);
         assert_exit(&resumed, 0);
         assert!(
@@ -454,14 +451,6 @@ fn timers_fired_before_a_barrier_are_neither_lost_nor_repeated_after_restore() {
             "{point}: {}",
             resumed.stderr
         );
-        let got = alerts(&s);
-        assert!(
-            got == expected,
-            "{point}: {} alerts, {} expected; first unexpected: {:?}; first missing: {:?}",
-            got.len(),
-            expected.len(),
-            got.iter().find(|r| !expected.contains(r)),
-            expected.iter().find(|r| !got.contains(r))
-        );
+        assert_alerts(&alerts(&s), &expected, point);
     }
 }

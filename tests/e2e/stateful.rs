@@ -7,7 +7,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments, next_random};
+use crate::support::{
+    Scratch, assert_exit, crash_at, crash_seed, kill_at_random_moments, next_random,
+};
 
 /// Nexmark bids from two generator tasks → per-auction tumbling windows of
 /// 200 ms of event time, on two tasks (a key shuffle) → JSON-lines files.
@@ -70,21 +72,6 @@ pub fn assert_same_as_reference(s: &Scratch, context: &str) {
             lines.iter().find(|l| !reference.contains(l))
         );
     }
-}
-
-/// Run `t.toml` until it dies at `point:epoch` of the protocol.
-#[track_caller]
-fn crash_at(s: &Scratch, crash_at: &str) {
-    let crashed = s.fvhost_env(
-        &["run", "t.toml", "--no-progress"],
-        &[("FVHOST_CRASH_AT", crash_at)],
-    );
-    assert!(
-        crashed.stderr.contains("FVHOST_CRASH_AT: dying at"),
-        "the run reached {crash_at}: {}",
-        crashed.stderr
-    );
-    assert_ne!(crashed.code, 0);
 }
 
 /// Run `t.toml` to the end; it must resume after `epoch`.

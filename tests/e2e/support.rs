@@ -258,3 +258,18 @@ pub fn golden(path: &Path, actual: &str) -> String {
     }
     std::fs::read_to_string(path).expect("golden file (regenerate with FV_BLESS=1)")
 }
+
+/// Run `t.toml` until it dies at `point:epoch` of the protocol.
+#[track_caller]
+pub fn crash_at(s: &Scratch, crash_at: &str) {
+    let crashed = s.fvhost_env(
+        &["run", "t.toml", "--no-progress"],
+        &[("FVHOST_CRASH_AT", crash_at)],
+    );
+    assert!(
+        crashed.stderr.contains("FVHOST_CRASH_AT: dying at"),
+        "the run reached {crash_at}: {}",
+        crashed.stderr
+    );
+    assert_ne!(crashed.code, 0);
+}

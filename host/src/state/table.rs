@@ -186,6 +186,16 @@ struct Changes {
     removed_scopes: Vec<i64>,
 }
 
+impl Changes {
+    /// Record that `entry` (`key` in `scope`) is written, once per snapshot.
+    fn mark<V>(&mut self, entry: &mut Entry<V>, scope: i64, key: &[u8]) {
+        if !entry.changed {
+            entry.changed = true;
+            self.written.push((scope, key.into()));
+        }
+    }
+}
+
 /// Name of the column that marks a delta's tombstones.
 const DELETED: &str = "deleted";
 
@@ -249,13 +259,10 @@ impl<C: ValueCodec> StateTable<C> {
         self.watermark
     }
 
-    /// Move the watermark to `w` if it is later: the new time if it moved.
-    pub fn advance(&mut self, w: i64) -> Option<i64> {
-        if self.watermark.is_some_and(|old| w <= old) {
-            return None;
-        }
-        self.watermark = Some(w);
-        Some(w)
+    /// The watermark the state is at, to move forward (the runtime's
+    /// `advance` decides when it moves).
+    pub fn watermark_mut(&mut self) -> &mut Option<i64> {
+        &mut self.watermark
     }
 
     /// The value of `key` in `scope`.
@@ -266,10 +273,7 @@ impl<C: ValueCodec> StateTable<C> {
     /// The value of `key` in `scope`, to change.
     pub fn get_mut(&mut self, scope: i64, key: &[u8]) -> Option<&mut C::Value> {
         let e = self.scopes.get_mut(&scope)?.get_mut(key)?;
-        if !e.changed {
-            e.changed = true;
-            self.changes.written.push((scope, key.into()));
-        }
+        self.changes.mark(e, scope, key);
         Some(&mut e.value)
     }
 
@@ -290,10 +294,7 @@ impl<C: ValueCodec> StateTable<C> {
         let Some(e) = entries.get_mut(key) else {
             unreachable!("present: checked above")
         };
-        if !e.changed {
-            e.changed = true;
-            self.changes.written.push((scope, key.into()));
-        }
+        self.changes.mark(e, scope, key);
         &mut e.value
     }
 

@@ -17,7 +17,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::aggregates::{Aggregates, GroupAccs, GroupCodec, Values};
 use super::rows::{
-    OUTPUT_BATCH, SettingError, StateGauge, event_micros, format_duration, held_back,
+    OUTPUT_BATCH, SettingError, StateGauge, advance, event_micros, format_duration, held_back,
     keyed_aggregation,
 };
 use crate::runtime::checkpoint::StateContext;
@@ -295,9 +295,7 @@ impl Operator for SessionAggregate {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && let Some(w) = self.table.advance(w)
-        {
+        if let Some(w) = advance(self.table.watermark_mut(), watermark) {
             self.fire(w, out)?;
             self.gauge.report(self.by_end.len() as u64, out);
         }

@@ -16,8 +16,8 @@ use arrow::array::{Array, BinaryArray, RecordBatch, TimestampMicrosecondArray, U
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::rows::{
-    OUTPUT_BATCH, RowCodec, SettingError, StateGauge, event_micros, event_time_column, find_column,
-    format_duration, held_back,
+    OUTPUT_BATCH, RowCodec, SettingError, StateGauge, advance, event_micros, event_time_column,
+    find_column, format_duration, held_back,
 };
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
@@ -300,9 +300,7 @@ impl Operator for TopN {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && let Some(w) = self.table.advance(w)
-        {
+        if let Some(w) = advance(self.table.watermark_mut(), watermark) {
             self.fire(w, out)?;
             self.gauge.report(self.rows_held, out);
         }

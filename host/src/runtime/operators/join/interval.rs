@@ -20,7 +20,7 @@ use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, event_micros, held_back};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, event_micros, held_back};
 use crate::state::{
     StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
 };
@@ -243,9 +243,7 @@ impl Operator for IntervalJoin {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && self.table.advance(w).is_some()
-        {
+        if advance(self.table.watermark_mut(), watermark).is_some() {
             if let Some(h) = self.horizon() {
                 // A left row meets right rows up to `t + upper`; a right row
                 // meets left rows down to `t − lower`.

@@ -14,7 +14,7 @@ use super::{JoinPlan, JoinSide, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, event_micros, held_back};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, event_micros, held_back};
 use crate::state::{
     StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
 };
@@ -192,9 +192,7 @@ impl Operator for WindowJoin {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && let Some(w) = self.table.advance(w)
-        {
+        if let Some(w) = advance(self.table.watermark_mut(), watermark) {
             self.fire(w, out)?;
             self.gauge.report(self.rows_held, out);
         }

@@ -24,7 +24,7 @@ pub use super::aggregates::column_names;
 use super::aggregates::{Aggregates, GroupAccs, GroupCodec};
 
 use super::rows::{
-    OUTPUT_BATCH, SettingError, StateGauge, event_micros, format_duration, held_back,
+    OUTPUT_BATCH, SettingError, StateGauge, advance, event_micros, format_duration, held_back,
     keyed_aggregation,
 };
 
@@ -207,9 +207,7 @@ impl Operator for WindowAggregate {
     }
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
-        if let Watermark::At(w) = watermark
-            && let Some(w) = self.table.advance(w)
-        {
+        if let Some(w) = advance(self.table.watermark_mut(), watermark) {
             self.fire(w, out)?;
             self.gauge.report(self.table.len() as u64, out);
         }
