@@ -4,7 +4,8 @@
 //! `FV_BENCH_QUERIES=q0,q2,latency` runs some; `FV_BENCH_REPEAT` (default 3)
 //! how often each run repeats, the best kept; `FV_BENCH_FILE_SOURCE=old.wasm`
 //! reads through that component instead of the built-in `file-source`, for
-//! a before/after comparison in one run).
+//! a before/after comparison in one run; `FV_BENCH_DECODE=guest` has the
+//! built-in one decode inside the plugin instead of the host).
 //!
 //! It writes Nexmark bids once as one CSV file and as one Parquet file
 //! (through `generator` → `file-sink`, into the bench's target tmp
@@ -187,11 +188,18 @@ fn topology(
 ) -> String {
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
     let dir = if parquet { "data/parquet" } else { "data/csv" };
+    // `FV_BENCH_DECODE=guest`: decode inside the plugin, not the host.
+    let decode = std::env::var("FV_BENCH_DECODE")
+        .map(|d| format!(", decode = {d:?}"))
+        .unwrap_or_default();
     let config = if parquet {
-        format!(r#"{{ path = "{dir}/{}" }}"#, name.unwrap_or_default())
+        format!(
+            r#"{{ path = "{dir}/{}"{decode} }}"#,
+            name.unwrap_or_default()
+        )
     } else {
         format!(
-            r#"{{ path = "{dir}/{}", columns = {CSV_COLUMNS} }}"#,
+            r#"{{ path = "{dir}/{}", columns = {CSV_COLUMNS}{decode} }}"#,
             name.unwrap_or_default()
         )
     };

@@ -234,6 +234,14 @@ fn rejects_of_orders(s: &Scratch) -> Vec<(String, String)> {
 
 #[test]
 fn csv_rows_file_source_cannot_parse_go_to_the_dead_letter_sink_by_file_and_line() {
+    // Decoded by the host, and inside the plugin: the same rows and
+    // rejects, each bad row found alone whoever decoded its block.
+    for decode in ["host", "guest"] {
+        csv_rejects(decode);
+    }
+}
+
+fn csv_rejects(decode: &str) {
     let s = Scratch::new();
     let mut data = b"id,name,amount\n1,a,1.5\n2,b,eleven\n3,c,3.5\n4,d,4.5,extra\n".to_vec();
     data.extend_from_slice(b"5,e,5.5\n6,f\n7,\xff\xfe,7.5\n8,h,8.5\n9,truncated");
@@ -243,7 +251,9 @@ fn csv_rows_file_source_cannot_parse_go_to_the_dead_letter_sink_by_file_and_line
         "t.toml",
         &file_topology(
             "orders.csv",
-            r#"columns = ["id:int64", "name:utf8", "amount:float64"],"#,
+            &format!(
+                r#"columns = ["id:int64", "name:utf8", "amount:float64"], decode = "{decode}","#
+            ),
             "skip",
         ),
     );
@@ -290,6 +300,14 @@ fn csv_rows_file_source_cannot_parse_go_to_the_dead_letter_sink_by_file_and_line
 
 #[test]
 fn json_lines_file_source_cannot_parse_go_to_the_dead_letter_sink_by_file_and_line() {
+    // Decoded by the host, and inside the plugin: the same rows and
+    // rejects, each bad row found alone whoever decoded its block.
+    for decode in ["host", "guest"] {
+        json_rejects(decode);
+    }
+}
+
+fn json_rejects(decode: &str) {
     let s = Scratch::new();
     let mut data = Vec::new();
     data.extend_from_slice(b"{\"id\":1,\"name\":\"a\"}\n"); // 1
@@ -306,7 +324,7 @@ fn json_lines_file_source_cannot_parse_go_to_the_dead_letter_sink_by_file_and_li
         "t.toml",
         &file_topology(
             "orders.jsonl",
-            r#"columns = ["id:int64", "name:utf8"],"#,
+            &format!(r#"columns = ["id:int64", "name:utf8"], decode = "{decode}","#),
             "skip",
         ),
     );

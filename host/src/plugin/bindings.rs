@@ -67,6 +67,20 @@ pub mod kafka {
     });
 }
 
+/// The `fv:host/decode` capability (since `fv:host` 0.1.1); its resources
+/// are the host's decoders.
+pub mod decode {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "decode-client",
+        with: {
+            "fv:host/decode.parquet-file": crate::plugin::decode::ParquetFile,
+            "fv:host/decode.parquet-rows": crate::plugin::decode::ParquetRows,
+            "fv:host/decode.text-decoder": crate::plugin::decode::TextDecoder,
+        },
+    });
+}
+
 /// `fv:plugin` 0.3.0 (frozen in `wit/compat/0.3/`): plugins built for it
 /// still run, reading every column. Its `types` records are the current
 /// ones; its `log` import is bound separately (another interface name).

@@ -72,6 +72,12 @@ impl PluginEngine {
             |s| s,
         )
         .map_err(|e| load_error("(linker)", e))?;
+        // Needs no grant: it decodes only the bytes a plugin hands over.
+        bindings::decode::fv::host::decode::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| load_error("(linker)", e))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let ticking_engine = engine.clone();
         let stop = Arc::clone(&ticker_stop);

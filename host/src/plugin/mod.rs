@@ -15,6 +15,7 @@ mod call_budget;
 mod capabilities;
 mod catalog;
 mod config_schema;
+pub mod decode;
 mod engine;
 mod error;
 mod grant_hint;

@@ -56,7 +56,7 @@ impl Default for SandboxPolicy {
 
 /// Memory cap that remembers it was hit, so a trap can be named precisely.
 pub(crate) struct MemoryCap {
-    limit: usize,
+    pub(crate) limit: usize,
     pub(crate) exceeded: Option<usize>,
 }
 
@@ -110,6 +110,8 @@ pub(crate) struct HostState {
     pub(crate) blocked_past_budget: Option<std::time::Duration>,
     /// A keyed step's table and row keys, lent for the call under way.
     pub(crate) keyed: super::keyed_state::KeyedCall,
+    /// Bytes the host holds for this plugin's decoders.
+    pub(crate) decoding: super::decode::DecodeUse,
 }
 
 impl HostState {
@@ -157,6 +159,7 @@ impl HostState {
                 exceeded: None,
             },
             output,
+            decoding: super::decode::DecodeUse::default(),
             plugin: plugin.clone(),
             task: identity.label(),
             topology: identity.topology.clone(),

@@ -114,6 +114,7 @@ fn read_all(source: &mut impl Source, max_rows: usize) -> Read {
             }
             Poll::Idle => {}
             Poll::Finished => return read,
+            Poll::Encoded { .. } => unreachable!("a native build decodes in the plugin"),
         }
     }
 }

@@ -27,6 +27,8 @@ use std::sync::Arc;
 use fv_plugin_sdk::arrow_array::{RecordBatch, RecordBatchOptions};
 use fv_plugin_sdk::arrow_schema::{ArrowError, SchemaRef};
 use fv_plugin_sdk::arrow_select::concat::concat_batches;
+pub use fv_plugin_sdk::decode::TextDecoder;
+use fv_plugin_sdk::decode::TextFormat;
 
 use crate::Format;
 use crate::lines;
@@ -65,6 +67,61 @@ pub struct BadRow {
 
 /// (start, end, line index from 0) of a row in a block, without its line end.
 type Span = (usize, usize, u64);
+
+/// A decoded block's rows.
+pub enum Block {
+    /// Decoded here.
+    Batch(RecordBatch),
+    /// Decoded by the host: IPC stream bytes, passed on as they are.
+    Ipc(Vec<u8>),
+}
+
+/// [`decode`], with a block of plain lines handed to the host to decode
+/// natively when there is one (`host`). The host decodes as [`decode`]'s
+/// own fast path does (the same decoder, schema, projection and options);
+/// a block it refuses, or whose row count differs, takes the path here,
+/// which finds the bad rows: a row's fate never depends on who decoded it.
+pub fn decode_block(
+    codec: &Codec,
+    host: Option<&TextDecoder>,
+    bytes: &[u8],
+    lines: &lines::Lines,
+) -> Result<(Block, Vec<BadRow>), String> {
+    // With no column read, the plugin only counts fields (see
+    // `narrow_plain_csv`): cheaper here than any decode there.
+    let counts_only =
+        codec.format == Format::Csv && codec.projection.as_ref().is_some_and(|p| p.is_empty());
+    if lines.plain
+        && !counts_only
+        && let Some(host) = host
+        && let Ok(batch) = host.decode(&bytes[lines.start..lines.end])
+        && batch.rows as usize == lines.rows
+    {
+        return Ok((Block::Ipc(batch.ipc), Vec::new()));
+    }
+    let decoded = decode(codec, bytes, lines)?;
+    Ok((Block::Batch(decoded.batch), decoded.bad))
+}
+
+/// The host's decoder for `codec`'s rows: what [`decode_bytes`] does, done
+/// natively.
+pub fn host_decoder(codec: &Codec) -> Result<TextDecoder, String> {
+    let (format, schema, projection) = match codec.format {
+        Format::Csv => (
+            TextFormat::Csv(codec.delimiter),
+            &codec.full_schema,
+            codec
+                .projection
+                .as_ref()
+                .map(|p| p.iter().map(|i| *i as u32).collect::<Vec<u32>>()),
+        ),
+        Format::JsonLines => (TextFormat::JsonLines, &codec.schema, None),
+        Format::Parquet => return Err("Parquet is not decoded as text".into()),
+    };
+    let schema = fv_plugin_sdk::ipc::encode_schema(schema)
+        .map_err(|e| format!("encoding the schema: {e}"))?;
+    TextDecoder::open(format, &schema, projection.as_deref())
+}
 
 /// Decode the rows of `lines` (in `bytes`); rows that do not decode are
 /// returned apart, the block's other rows flow.

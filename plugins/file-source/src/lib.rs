@@ -39,6 +39,7 @@ mod lines;
 #[cfg(test)]
 mod page_index_tests;
 mod parquet_file;
+mod parquet_host;
 mod parquet_pages;
 mod parquet_prune;
 mod parquet_select;
@@ -89,6 +90,11 @@ pub struct Config {
     /// of this size (default 64 MiB).
     #[serde(default = "sixty_four_mib")]
     pub split_bytes: u64,
+    /// `host` (default) hands blocks of lines and Parquet row groups to the
+    /// host to decode natively (`fv:host/decode`); `guest` decodes them in
+    /// the plugin. Both give the same rows.
+    #[serde(default = "host")]
+    pub decode: String,
 }
 
 fn yes() -> bool {
@@ -105,6 +111,9 @@ fn thousand() -> usize {
 }
 fn sixty_four_mib() -> u64 {
     64 << 20
+}
+fn host() -> String {
+    "host".into()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -201,6 +210,12 @@ pub struct FileSource {
     /// watermark back).
     finished: Vec<String>,
     skip_bad_rows: bool,
+    /// Rows are decoded by the host (in a Wasm build: a native build, as
+    /// in unit tests, has no host to ask).
+    host_decode: bool,
+    /// The host's decoder of CSV or JSON lines, opened at the first poll
+    /// (after `push_down` settled the projection).
+    text_decoder: Option<decode::TextDecoder>,
     splits: Vec<SplitState>,
     current: usize,
 }
@@ -248,6 +263,16 @@ impl Source for FileSource {
                 return Err(ConfigError::at(
                     "bad_rows",
                     format!("unknown value `{other}`; expected `fail` or `skip`"),
+                ));
+            }
+        };
+        let host_decode = match config.decode.as_str() {
+            "host" => cfg!(target_arch = "wasm32"),
+            "guest" => false,
+            other => {
+                return Err(ConfigError::at(
+                    "decode",
+                    format!("unknown value `{other}`; expected `host` or `guest`"),
                 ));
             }
         };
@@ -325,6 +350,8 @@ impl Source for FileSource {
             filters: Vec::new(),
             finished: Vec::new(),
             skip_bad_rows,
+            host_decode,
+            text_decoder: None,
             splits,
             current: 0,
         })
@@ -341,6 +368,7 @@ impl Source for FileSource {
         let (projection, schema) = projection::resolve(&self.codec.full_schema, &scan)?;
         self.codec.projection = projection;
         self.codec.schema = schema;
+        self.text_decoder = None;
         // Only Parquet has statistics to skip data by; the host applies
         // the filters to every row anyway.
         if self.codec.format == Format::Parquet {
@@ -412,10 +440,17 @@ impl Source for FileSource {
             return Err(format!("`{}` is not open", split.path));
         };
         let lines = reader.next_lines(max_rows.max(1), &split.path)?;
-        let decoded = decode::decode(&self.codec, reader.bytes(), &lines)?;
+        if self.host_decode && self.text_decoder.is_none() {
+            self.text_decoder = Some(decode::host_decoder(&self.codec)?);
+        }
+        let (block, bad) = decode::decode_block(
+            &self.codec,
+            self.text_decoder.as_ref(),
+            reader.bytes(),
+            &lines,
+        )?;
         let text = &reader.bytes()[lines.start..lines.end];
-        let mut bad: Vec<BadLine> = decoded
-            .bad
+        let mut bad: Vec<BadLine> = bad
             .into_iter()
             .map(|b| {
                 let row = &text[b.bytes];
@@ -478,10 +513,17 @@ impl Source for FileSource {
             let name = split.name.clone();
             self.finished.push(name);
         }
-        Ok(Poll::Batch {
-            positions,
-            batch: decoded.batch,
-            rejected,
+        Ok(match block {
+            decode::Block::Batch(batch) => Poll::Batch {
+                positions,
+                batch,
+                rejected,
+            },
+            decode::Block::Ipc(ipc) => Poll::Encoded {
+                positions,
+                ipc,
+                rejected,
+            },
         })
     }
 }
@@ -519,6 +561,7 @@ impl FileSource {
         let plan = parquet_file::ReadPlan {
             columns: self.codec.projection.as_deref(),
             filters: &self.filters,
+            host_decode: self.host_decode,
         };
         while let Some(split) = self.splits.get_mut(self.current) {
             if !split.done
@@ -659,12 +702,20 @@ fn poll_parquet(
         None => None,
     };
     match next {
-        Some((batch, position)) => {
+        Some((decoded, position)) => {
             split.offset = position;
-            Ok(Some(Poll::Batch {
-                positions: position_of(split),
-                batch,
-                rejected: Vec::new(),
+            let positions = position_of(split);
+            Ok(Some(match decoded {
+                parquet_file::Decoded::Batch(batch) => Poll::Batch {
+                    positions,
+                    batch,
+                    rejected: Vec::new(),
+                },
+                parquet_file::Decoded::Ipc(ipc) => Poll::Encoded {
+                    positions,
+                    ipc,
+                    rejected: Vec::new(),
+                },
             }))
         }
         None => {

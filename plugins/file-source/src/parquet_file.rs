@@ -24,8 +24,10 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::PageIndexPolicy;
 
+use crate::parquet_host::{self, GroupRead, HostRows};
 use crate::parquet_select::{self, Segment};
 use crate::{parquet_pages, parquet_prune};
+use fv_plugin_sdk::decode::RowRun;
 
 /// A Parquet file read by path. The reader wants several independent
 /// handles on the file; WASI cannot duplicate one (`try_clone`), so every
@@ -132,6 +134,25 @@ pub struct ReadPlan<'a> {
     pub columns: Option<&'a [usize]>,
     /// Filters every row the topology keeps satisfies (hints).
     pub filters: &'a [Filter],
+    /// Hand the row groups to the host to decode (`fv:host/decode`), where
+    /// there is a host: in a Wasm build.
+    pub host_decode: bool,
+}
+
+/// A batch a cursor read.
+pub enum Decoded {
+    /// Decoded here.
+    Batch(RecordBatch),
+    /// Decoded by the host: IPC stream bytes, passed on as they are.
+    Ipc(Vec<u8>),
+}
+
+/// Where a cursor's batches come from.
+enum Rows {
+    /// The `parquet` crate's reader, in the guest.
+    Guest(Box<ParquetRecordBatchReader>),
+    /// The host, one row group at a time.
+    Host(Box<HostRows>),
 }
 
 /// An open reader positioned at a row.
@@ -143,7 +164,7 @@ pub struct ReadPlan<'a> {
 /// it yielded back to a position.
 pub struct ParquetCursor {
     /// `None`: no rows are left to read.
-    reader: Option<ParquetRecordBatchReader>,
+    reader: Option<Rows>,
     /// What the reader yields, in order.
     segments: Vec<Segment>,
     /// Rows the reader yielded so far.
@@ -212,22 +233,64 @@ impl ParquetCursor {
                 yielded: 0,
             });
         }
+        let mask = match plan.columns {
+            Some(columns) => {
+                ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied())
+            }
+            None => ProjectionMask::all(),
+        };
+        if plan.host_decode {
+            let groups: Vec<GroupRead> = kept
+                .iter()
+                .zip(&kept_rows)
+                .map(|(index, rows)| {
+                    let inside: Vec<Segment> = segments
+                        .iter()
+                        .filter(|s| s.first >= rows.start && s.first < rows.end)
+                        .copied()
+                        .collect();
+                    let selection = parquet_select::selectors(std::slice::from_ref(rows), &inside)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|s| RowRun {
+                            skip: s.skip,
+                            rows: s.row_count as u64,
+                        })
+                        .collect();
+                    GroupRead {
+                        index: *index,
+                        selection,
+                        ranges: parquet_host::chunk_ranges(&metadata, *index, &mask),
+                    }
+                })
+                .collect();
+            let largest = groups
+                .iter()
+                .map(|g| g.ranges.iter().map(|r| r.end - r.start).sum::<u64>())
+                .max()
+                .unwrap_or(0);
+            if largest <= parquet_host::MAX_GROUP_BYTES {
+                let rows = HostRows::open(path, plan.columns, batch_size, groups)?;
+                return Ok(ParquetCursor {
+                    reader: Some(Rows::Host(Box::new(rows))),
+                    segments,
+                    yielded: 0,
+                });
+            }
+        }
         let mut builder = builder
             .with_row_groups(kept)
-            .with_batch_size(batch_size.max(1));
+            .with_batch_size(batch_size.max(1))
+            .with_projection(mask);
         if let Some(selectors) = parquet_select::selectors(&kept_rows, &segments) {
             // Runs of selectors skip whole pages; a mask would decode them.
             builder = builder
                 .with_row_selection(RowSelection::from(selectors))
                 .with_row_selection_policy(RowSelectionPolicy::Selectors);
         }
-        if let Some(columns) = plan.columns {
-            let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
-            builder = builder.with_projection(mask);
-        }
         let reader = builder.build().map_err(|e| format!("`{path}`: {e}"))?;
         Ok(ParquetCursor {
-            reader: Some(reader),
+            reader: Some(Rows::Guest(Box::new(reader))),
             segments,
             yielded: 0,
         })
@@ -235,18 +298,22 @@ impl ParquetCursor {
 
     /// The next batch and the split's position after it (the number of
     /// the row after its last row), or `None` at the end of the split.
-    pub fn next_batch(&mut self, path: &str) -> Result<Option<(RecordBatch, u64)>, String> {
-        let Some(reader) = self.reader.as_mut() else {
+    pub fn next_batch(&mut self, path: &str) -> Result<Option<(Decoded, u64)>, String> {
+        let next = match self.reader.as_mut() {
+            None => None,
+            Some(Rows::Guest(reader)) => reader
+                .next()
+                .transpose()
+                .map_err(|e| format!("`{path}`: {e}"))?
+                .map(|batch| (batch.num_rows() as u64, Decoded::Batch(batch))),
+            Some(Rows::Host(rows)) => rows
+                .next_batch()?
+                .map(|batch| (u64::from(batch.rows), Decoded::Ipc(batch.ipc))),
+        };
+        let Some((rows, batch)) = next else {
             return Ok(None);
         };
-        let Some(batch) = reader
-            .next()
-            .transpose()
-            .map_err(|e| format!("`{path}`: {e}"))?
-        else {
-            return Ok(None);
-        };
-        self.yielded += batch.num_rows() as u64;
+        self.yielded += rows;
         let position = parquet_select::position_after(&self.segments, self.yielded)
             .ok_or_else(|| format!("`{path}` yielded more rows than its row groups hold"))?;
         Ok(Some((batch, position)))

@@ -19,6 +19,7 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 
 use crate::parquet_prune::{self, Bounds};
+use crate::parquet_select;
 
 /// The rows of row group `group` whose pages rule out some filter, as
 /// sorted, disjoint, non-empty ranges of row numbers within the group.
@@ -29,19 +30,12 @@ pub fn ruled_out(
     schema: &Schema,
     filters: &[Filter],
 ) -> Vec<Range<u64>> {
-    let mut ranges: Vec<Range<u64>> = filters
-        .iter()
-        .flat_map(|f| filter_ruled_out(metadata, group, schema, f))
-        .collect();
-    ranges.sort_by_key(|r| r.start);
-    let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        match merged.last_mut() {
-            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-            _ => merged.push(r),
-        }
-    }
-    merged
+    parquet_select::merged(
+        filters
+            .iter()
+            .flat_map(|f| filter_ruled_out(metadata, group, schema, f))
+            .collect(),
+    )
 }
 
 /// The row ranges of the pages (of `filter`'s column in `group`) whose

@@ -18,6 +18,19 @@ pub struct Segment {
     pub rows: u64,
 }
 
+/// `ranges` sorted, overlapping and adjacent ones merged.
+pub fn merged(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
 /// The runs of `group` (split rows) at or after row `from` that are not in
 /// `ruled_out` (sorted, disjoint ranges of split rows).
 pub fn runs(group: Range<u64>, from: u64, ruled_out: &[Range<u64>]) -> Vec<Segment> {

@@ -146,6 +146,7 @@ pub(crate) fn drain(source: &mut FileSource, max_rows: usize, polls: Option<usiz
             }
             Poll::Idle => {}
             Poll::Finished => break,
+            Poll::Encoded { .. } => unreachable!("a native build decodes in the plugin"),
         }
         n += 1;
     }

@@ -75,6 +75,7 @@ fn read(
             }
             Poll::Idle => {}
             Poll::Finished => break,
+            Poll::Encoded { .. } => unreachable!("a native build decodes in the plugin"),
         }
         n += 1;
     }
@@ -284,6 +285,7 @@ fn each_split_is_reported_finished_once_when_drained() {
                 }
                 Poll::Idle => {}
                 Poll::Finished => break,
+                Poll::Encoded { .. } => unreachable!("a native build decodes in the plugin"),
             }
         }
         finished.extend(source.finished_splits());

@@ -84,6 +84,8 @@ pub use arrow_select;
 pub use serde;
 pub use serde_json;
 
+#[cfg(feature = "decode")]
+pub mod decode;
 pub mod ipc;
 #[cfg(feature = "kafka")]
 pub mod kafka;

@@ -45,6 +45,17 @@ pub enum Poll {
         /// Records that could not become rows; the host dead-letters them.
         rejected: Vec<Rejected>,
     },
+    /// A batch already encoded as Arrow IPC stream bytes with exactly
+    /// [`Source::schema`] (e.g. decoded by the host through the `decode`
+    /// feature), passed on without being decoded in the guest.
+    Encoded {
+        /// IPC stream bytes: the schema message, one record batch, the end.
+        ipc: Vec<u8>,
+        /// Positions *after* this batch (and after its rejected records).
+        positions: Vec<SplitPosition>,
+        /// Records that could not become rows; the host dead-letters them.
+        rejected: Vec<Rejected>,
+    },
     /// Nothing ready now; the host polls again shortly.
     Idle,
     /// Every split is drained.
@@ -221,34 +232,44 @@ impl<T: Source> wit::GuestSource for SourceAdapter<T> {
 
     fn poll(&self, max_rows: u32) -> Result<wit::PollResult, String> {
         let mut inner = self.inner.borrow_mut();
-        match inner.poll(max_rows as usize)? {
+        let (batch, positions, rejected) = match inner.poll(max_rows as usize)? {
             Poll::Batch {
                 batch,
                 positions,
                 rejected,
-            } => Ok(wit::PollResult::Batch(wit::SourceBatch {
-                finished: inner.finished_splits(),
-                batch: ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?,
-                positions: positions
-                    .into_iter()
-                    .map(|p| wit::SplitPosition {
-                        split: p.split,
-                        position: p.position,
-                    })
-                    .collect(),
-                rejected: rejected
-                    .into_iter()
-                    .map(|r| wit::RejectedRecord {
-                        split: r.split,
-                        location: r.location,
-                        reason: r.reason,
-                        content: r.record,
-                    })
-                    .collect(),
-            })),
-            Poll::Idle => Ok(wit::PollResult::Idle),
-            Poll::Finished => Ok(wit::PollResult::Finished),
-        }
+            } => (
+                ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?,
+                positions,
+                rejected,
+            ),
+            Poll::Encoded {
+                ipc,
+                positions,
+                rejected,
+            } => (ipc, positions, rejected),
+            Poll::Idle => return Ok(wit::PollResult::Idle),
+            Poll::Finished => return Ok(wit::PollResult::Finished),
+        };
+        Ok(wit::PollResult::Batch(wit::SourceBatch {
+            finished: inner.finished_splits(),
+            batch,
+            positions: positions
+                .into_iter()
+                .map(|p| wit::SplitPosition {
+                    split: p.split,
+                    position: p.position,
+                })
+                .collect(),
+            rejected: rejected
+                .into_iter()
+                .map(|r| wit::RejectedRecord {
+                    split: r.split,
+                    location: r.location,
+                    reason: r.reason,
+                    content: r.record,
+                })
+                .collect(),
+        }))
     }
 }
 
