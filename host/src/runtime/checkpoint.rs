@@ -157,14 +157,20 @@ impl StateContext {
         format: &StateFormat,
         table: &mut StateTable<C>,
     ) -> Result<(), TaskError> {
-        let kind = match self.chain.is_empty() || self.chain.len() >= self.full_every {
-            true => SnapshotKind::Full,
-            false => SnapshotKind::Delta,
-        };
+        let kind = self.next_kind();
         let snapshot = self.snapshot_as(epoch, table, kind)?;
         table.mark_saved();
         self.send(epoch, format.id(), snapshot, kind);
         Ok(())
+    }
+
+    /// What the next snapshot must be: whole at the start of a chain and
+    /// every `checkpoint.full_every` epochs, else only what changed.
+    pub fn next_kind(&self) -> SnapshotKind {
+        match self.chain.is_empty() || self.chain.len() >= self.full_every {
+            true => SnapshotKind::Full,
+            false => SnapshotKind::Delta,
+        }
     }
 
     /// Take the restored objects, decoded: their batches and the lowest
@@ -198,10 +204,17 @@ impl StateContext {
         StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.error(e))
     }
 
-    /// Hand the encoded state of `epoch` (all of it) off to the epoch
-    /// store. `format` describes the state's meaning (checked on restore).
-    pub fn hand_off(&mut self, epoch: u64, format: &str, snapshot: StateSnapshot) {
-        self.send(epoch, format, snapshot, SnapshotKind::Full);
+    /// Hand the encoded state of `epoch` — all of it, or (`Delta`) what
+    /// changed since the previous epoch's — off to the epoch store.
+    /// `format` describes the state's meaning (checked on restore).
+    pub fn hand_off(
+        &mut self,
+        epoch: u64,
+        format: &str,
+        snapshot: StateSnapshot,
+        kind: SnapshotKind,
+    ) {
+        self.send(epoch, format, snapshot, kind);
     }
 
     /// Write `snapshot` in the background; once durable, acknowledge the

@@ -19,7 +19,10 @@ mod snapshot;
 mod table;
 mod vnode;
 
-pub use keyed::{KEYED_STATE_FORMAT, KeyedRestoreError, KeyedState, StateLimitExceeded};
+pub use keyed::{
+    KEYED_STATE_FORMAT, KEYED_STATE_FORMAT_V1, KeyedRestoreError, KeyedState, StateLimitExceeded,
+    keyed_format,
+};
 
 pub use snapshot::{SnapshotError, StateObject, StateSnapshot};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};

@@ -6,7 +6,9 @@
 //! Batches go through [`WasmStep`] (poison rows and traps are isolated as
 //! for any step; the state changes of a failed call are undone there).
 //! When the task's watermark advances, the timers it passed fire in one
-//! `on-timers` call and its rows flow on. This operator never interprets
+//! `on-timers` call and its rows flow on. Its snapshots are incremental
+//! like the native operators': a delta of the keys and timers that changed,
+//! whole every `checkpoint.full_every` epochs. This operator never interprets
 //! the plugin's values: they are bytes.
 
 use arrow::array::RecordBatch;
@@ -88,11 +90,14 @@ impl Operator for KeyedWasmStep {
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
         let watermark = self.watermark;
-        let columns = self.state()?.snapshot_columns();
-        let snapshot = self
-            .ctx
-            .encode(epoch, KeyedState::snapshot_schema(), watermark, columns)?;
-        self.ctx.hand_off(epoch, &self.format, snapshot);
+        let kind = self.ctx.next_kind();
+        let state = self.state()?;
+        let columns = state.snapshot_columns(kind);
+        state.mark_saved();
+        let snapshot =
+            self.ctx
+                .encode(epoch, KeyedState::snapshot_schema(kind), watermark, columns)?;
+        self.ctx.hand_off(epoch, &self.format, snapshot, kind);
         Ok(())
     }
 }

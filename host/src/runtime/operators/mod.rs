@@ -92,7 +92,7 @@ impl StageTask {
     pub fn state_format(&self) -> Option<StateFormat> {
         match self {
             StageTask::Stateful(plan) => Some(plan.format()),
-            StageTask::KeyedStep { format, .. } => Some(StateFormat::exact(format)),
+            StageTask::KeyedStep { format, .. } => Some(crate::state::keyed_format(format)),
             StageTask::Sql(_) | StageTask::Step(_) | StageTask::Lookup(_) => None,
         }
     }
