@@ -85,9 +85,30 @@ fn main() {
     );
     let mut per_core_off = Vec::new();
     for (name, stage) in PIPELINES {
-        let off = rate(&engine, dir.path(), stage, r#"interval = "1h""#, events, repeat);
-        let second = rate(&engine, dir.path(), stage, r#"interval = "1s""#, events, repeat);
-        let often = rate(&engine, dir.path(), stage, r#"interval = "100ms""#, events, repeat);
+        let off = rate(
+            &engine,
+            dir.path(),
+            stage,
+            r#"interval = "1h""#,
+            events,
+            repeat,
+        );
+        let second = rate(
+            &engine,
+            dir.path(),
+            stage,
+            r#"interval = "1s""#,
+            events,
+            repeat,
+        );
+        let often = rate(
+            &engine,
+            dir.path(),
+            stage,
+            r#"interval = "100ms""#,
+            events,
+            repeat,
+        );
         println!(
             "{name:<36} {:>16.0} {:>16.0} {:>16.0} {:>9.2}x {:>9.2}x",
             off.0,

@@ -96,6 +96,18 @@ impl StateContext {
         }
     }
 
+    /// A failure of Arrow while this task's stage was doing `action`.
+    pub fn arrow(
+        &self,
+        action: &'static str,
+    ) -> impl Fn(arrow::error::ArrowError) -> TaskError + '_ {
+        move |source| TaskError::Arrow {
+            stage: self.stage.clone(),
+            action,
+            source,
+        }
+    }
+
     /// A failure of this task's state table.
     pub fn state_error(&self, source: StateError) -> TaskError {
         TaskError::StateTable {
@@ -112,7 +124,7 @@ impl StateContext {
         scope_column: Option<&'static str>,
     ) -> Result<StateTable<C>, TaskError> {
         let mut table = StateTable::new(codec, scope_column, self.vnodes);
-        let (batches, watermark) = self.take_restored().map_err(|m| self.error(m))?;
+        let (batches, watermark) = self.take_restored()?;
         for (batch, written_for) in &batches {
             table
                 .restore(batch, *written_for)
@@ -176,11 +188,16 @@ impl StateContext {
     /// Take the restored objects, decoded: their batches and the lowest
     /// watermark they were taken at (tasks may have been at different
     /// ones; the lowest re-fires nothing, as fired state is in none).
-    pub fn take_restored(&mut self) -> Result<RestoredBatches, String> {
+    pub fn take_restored(&mut self) -> Result<RestoredBatches, TaskError> {
         let mut batches = Vec::new();
         let mut watermark = None;
         for (object, bytes) in std::mem::take(&mut self.restored) {
-            for batch in StateSnapshot::decode(&object, &bytes).map_err(|e| e.to_string())? {
+            let decoded =
+                StateSnapshot::decode(&object, &bytes).map_err(|source| TaskError::Snapshot {
+                    stage: self.stage.clone(),
+                    source,
+                })?;
+            for batch in decoded {
                 watermark = lowest_watermark(watermark, &batch);
                 batches.push((batch, object.vnodes));
             }
@@ -199,9 +216,12 @@ impl StateContext {
     ) -> Result<StateSnapshot, TaskError> {
         let schema = with_watermark(schema, watermark);
         let batch = RecordBatch::try_new(std::sync::Arc::clone(&schema), columns)
-            .map_err(|e| self.error(e))?;
+            .map_err(self.arrow("building a snapshot"))?;
         let key = format!("{} epoch {epoch}", self.stage);
-        StateSnapshot::encode(&key, &schema, &[batch]).map_err(|e| self.error(e))
+        StateSnapshot::encode(&key, &schema, &[batch]).map_err(|source| TaskError::Snapshot {
+            stage: self.stage.clone(),
+            source,
+        })
     }
 
     /// Hand the encoded state of `epoch` — all of it, or (`Delta`) what

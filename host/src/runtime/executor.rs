@@ -757,9 +757,10 @@ impl SourceTask {
             );
         }
         let batch = super::dead_letter::rejected(&self.name, self.instance.plugin_name(), rejected)
-            .map_err(|e| TaskError::State {
+            .map_err(|source| TaskError::Arrow {
                 stage: self.name.clone(),
-                message: format!("building dead-letter records: {e}"),
+                action: "building dead-letter records",
+                source,
             })?;
         self.out.dead_letter(batch)
     }
@@ -899,12 +900,14 @@ impl SourceTask {
                     let splits: Vec<&str> = positions.iter().map(|(s, _)| s.as_str()).collect();
                     let watermark = match &self.event_time {
                         Some(e) => {
-                            let moved = self.clock.on_rows(&batch, &splits, e).map_err(|err| {
-                                TaskError::State {
-                                    stage: self.name.clone(),
-                                    message: format!("reading event time: {err}"),
-                                }
-                            })?;
+                            let moved =
+                                self.clock.on_rows(&batch, &splits, e).map_err(|source| {
+                                    TaskError::Arrow {
+                                        stage: self.name.clone(),
+                                        action: "reading event time",
+                                        source,
+                                    }
+                                })?;
                             // Drained splits stop holding time back.
                             self.clock.finished(&finished, e).or(moved)
                         }

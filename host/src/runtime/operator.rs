@@ -28,7 +28,33 @@ pub enum TaskError {
         /// What failed.
         error: SqlError,
     },
-    /// A stateful operator failed.
+    /// Arrow refused an operation on a stage's rows.
+    #[error("stage `{stage}`: {action}: {source}")]
+    Arrow {
+        /// The stage (or the runtime's part: `key shuffle`, `late rows`).
+        stage: String,
+        /// What the stage was doing, e.g. `reading event time`.
+        action: &'static str,
+        /// Arrow's error.
+        source: arrow::error::ArrowError,
+    },
+    /// A stage's state snapshot could not be written or read back.
+    #[error("stage `{stage}`: {source}")]
+    Snapshot {
+        /// The stage.
+        stage: String,
+        /// What failed.
+        source: crate::state::SnapshotError,
+    },
+    /// A keyed step's restored state could not be taken back.
+    #[error("stage `{stage}`: {source}")]
+    KeyedRestore {
+        /// The stage.
+        stage: String,
+        /// What failed.
+        source: crate::state::KeyedRestoreError,
+    },
+    /// A stateful operator failed (a plan it cannot run).
     #[error("stage `{stage}`: {message}")]
     State {
         /// The stage.
@@ -136,10 +162,14 @@ impl Downstream {
                 .send(Message::Batch(batch.clone(), read_at))
                 .map_err(|_| TaskError::DownstreamClosed);
         };
-        let vnodes = routing.hasher.vnodes(batch).map_err(|e| TaskError::State {
-            stage: "key shuffle".into(),
-            message: e.to_string(),
-        })?;
+        let vnodes = routing
+            .hasher
+            .vnodes(batch)
+            .map_err(|source| TaskError::Arrow {
+                stage: "key shuffle".into(),
+                action: "hashing keys",
+                source,
+            })?;
         let mut rows: Vec<Vec<u32>> = vec![Vec::new(); self.senders.len()];
         for (row, v) in vnodes.iter().enumerate() {
             rows[routing.owners[*v as usize]].push(row as u32);
@@ -152,9 +182,10 @@ impl Downstream {
                 batch.clone()
             } else {
                 let indices = UInt32Array::from(indices);
-                take_record_batch(batch, &indices).map_err(|e| TaskError::State {
+                take_record_batch(batch, &indices).map_err(|source| TaskError::Arrow {
                     stage: "key shuffle".into(),
-                    message: e.to_string(),
+                    action: "taking a task's rows",
+                    source,
                 })?
             };
             self.senders[task]
@@ -252,9 +283,10 @@ impl Emitter {
         StageMetrics::add(&self.metrics.late_rows, rows.len() as u64);
         if let Some(side) = &self.side {
             let indices = UInt32Array::from(rows);
-            let late = take_record_batch(batch, &indices).map_err(|e| TaskError::State {
+            let late = take_record_batch(batch, &indices).map_err(|source| TaskError::Arrow {
                 stage: "late rows".into(),
-                message: e.to_string(),
+                action: "taking the late rows",
+                source,
             })?;
             side.send(Message::Batch(late, self.read_at()))
                 .map_err(|_| TaskError::DownstreamClosed)?;

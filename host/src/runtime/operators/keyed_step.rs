@@ -45,12 +45,15 @@ impl KeyedWasmStep {
             watermark: None,
             ctx,
         };
-        let (batches, watermark) = op.ctx.take_restored().map_err(|m| op.ctx.error(m))?;
+        let (batches, watermark) = op.ctx.take_restored()?;
         op.watermark = watermark;
         let vnodes = op.ctx.vnodes;
         for (batch, _) in &batches {
             let restored = op.state()?.restore(batch, vnodes);
-            restored.map_err(|e| op.ctx.error(e))?;
+            restored.map_err(|source| TaskError::KeyedRestore {
+                stage: stage.to_string(),
+                source,
+            })?;
         }
         Ok(op)
     }

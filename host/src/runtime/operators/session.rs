@@ -154,7 +154,8 @@ pub struct SessionAggregate {
 impl SessionAggregate {
     /// The operator of one task, with its vnodes' state restored.
     pub fn new(plan: SessionPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
-        let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
+        let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
+            .map_err(ctx.arrow("finding the key columns"))?;
         let codec = SessionCodec(GroupCodec(plan.aggregates.clone()));
         let table = ctx.restore_table(codec, None)?;
         let by_end = table
@@ -242,7 +243,7 @@ impl SessionAggregate {
             .hasher
             .converter()
             .convert_rows(sessions.iter().map(|(k, _)| parser.parse(k)))
-            .map_err(|e| self.ctx.error(e))?;
+            .map_err(self.ctx.arrow("decoding keys"))?;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampMicrosecondArray::from_iter_values(
                 sessions.iter().map(|(_, s)| s.start),
@@ -254,7 +255,8 @@ impl SessionAggregate {
         columns.extend(keys);
         let accs: Vec<&GroupAccs> = sessions.iter().map(|(_, s)| &s.accs).collect();
         columns.extend(self.plan.aggregates.finish(&accs));
-        RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
+        RecordBatch::try_new(self.plan.output_schema(), columns)
+            .map_err(self.ctx.arrow("building output rows"))
     }
 }
 
@@ -265,13 +267,17 @@ impl Operator for SessionAggregate {
         batch: RecordBatch,
         out: &mut Emitter,
     ) -> Result<(), TaskError> {
-        let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
-        let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
+        let times =
+            event_micros(&batch, self.plan.time).map_err(self.ctx.arrow("reading event time"))?;
+        let rows = self
+            .hasher
+            .rows(&batch)
+            .map_err(self.ctx.arrow("encoding keys"))?;
         let values = self
             .plan
             .aggregates
             .values(&batch)
-            .map_err(|e| self.ctx.error(e))?;
+            .map_err(self.ctx.arrow("reading aggregate inputs"))?;
         let horizon = self
             .table
             .watermark()

@@ -177,6 +177,15 @@ impl Harness {
         self.drain();
     }
 
+    /// Hand `batch` to task 0 as it is, not routed: its failure.
+    pub fn feed_unrouted(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+    ) -> Result<(), crate::runtime::TaskError> {
+        self.ops[0].on_batch(input, batch, &mut self.out)
+    }
+
     /// Tell every task the watermark is `ms` (milliseconds).
     pub fn watermark(&mut self, ms: i64) {
         for op in &mut self.ops {

@@ -188,9 +188,10 @@ pub struct TopN {
 impl TopN {
     /// The operator of one task, with its vnodes' state restored.
     pub fn new(plan: TopNPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
-        let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
-        let codec =
-            RowCodec::ranked(Arc::clone(&plan.input), &plan.order).map_err(|e| ctx.error(e))?;
+        let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
+            .map_err(ctx.arrow("finding the key columns"))?;
+        let codec = RowCodec::ranked(Arc::clone(&plan.input), &plan.order)
+            .map_err(ctx.arrow("ordering rows"))?;
         let ranking = RankingCodec {
             n: plan.spec.n as usize,
         };
@@ -240,7 +241,7 @@ impl TopN {
         let mut columns = self
             .codec
             .decode(rows.iter().map(|(r, _)| *r))
-            .map_err(|e| self.ctx.error(e))?;
+            .map_err(self.ctx.arrow("decoding rows"))?;
         if self.plan.window_columns {
             let n = rows.len();
             columns.push(Arc::new(TimestampMicrosecondArray::from(vec![start; n])));
@@ -257,7 +258,8 @@ impl TopN {
                 rows.iter().map(|(_, rank)| *rank),
             )));
         }
-        RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
+        RecordBatch::try_new(self.plan.output_schema(), columns)
+            .map_err(self.ctx.arrow("building output rows"))
     }
 }
 
@@ -268,9 +270,16 @@ impl Operator for TopN {
         batch: RecordBatch,
         out: &mut Emitter,
     ) -> Result<(), TaskError> {
-        let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
-        let keys = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let rows = self.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
+        let times =
+            event_micros(&batch, self.plan.time).map_err(self.ctx.arrow("reading event time"))?;
+        let keys = self
+            .hasher
+            .rows(&batch)
+            .map_err(self.ctx.arrow("encoding keys"))?;
+        let rows = self
+            .codec
+            .encode(&batch)
+            .map_err(self.ctx.arrow("encoding rows"))?;
         let ranker = *self.table.codec();
         let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {

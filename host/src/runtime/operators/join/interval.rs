@@ -16,11 +16,11 @@ use std::sync::Arc;
 use arrow::array::{Array, BinaryArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field};
 
-use super::{JoinPlan, JoinSide, joined};
+use super::{JoinPlan, JoinSide, SideRows, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, event_micros, held_back};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, held_back};
 use crate::state::{
     StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
 };
@@ -108,7 +108,7 @@ impl IntervalJoin {
         let JoinWindow::Interval { lower, upper } = plan.spec.window else {
             return Err(ctx.error("an interval join needs `between`"));
         };
-        let sides = plan.sides().map_err(|e| ctx.error(e))?;
+        let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;
         let mut expiry: [BTreeSet<(i64, Box<[u8]>)>; 2] = Default::default();
         let mut rows = [0u64; 2];
@@ -204,9 +204,7 @@ impl Operator for IntervalJoin {
     ) -> Result<(), TaskError> {
         let side = input.min(1);
         let s = &self.sides[side];
-        let times = event_micros(&batch, s.time).map_err(|e| self.ctx.error(e))?;
-        let keys = s.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let rows = s.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
+        let SideRows { times, keys, rows } = s.read(&batch, &self.ctx)?;
         let horizon = self.horizon();
         let mut late: Vec<u32> = Vec::new();
         // Pairs as (left, right) bytes; collected per batch, emitted in chunks.
@@ -233,8 +231,8 @@ impl Operator for IntervalJoin {
         }
         for chunk in pairs.chunks(OUTPUT_BATCH) {
             let refs: Vec<(&[u8], &[u8])> = chunk.iter().map(|(l, r)| (&**l, &**r)).collect();
-            let batch =
-                joined(&self.plan, &self.sides, None, &refs).map_err(|e| self.ctx.error(e))?;
+            let batch = joined(&self.plan, &self.sides, None, &refs)
+                .map_err(self.ctx.arrow("joining rows"))?;
             out.emit(batch)?;
         }
         out.late(&batch, late)?;

@@ -168,6 +168,35 @@ struct JoinSide {
     time: usize,
 }
 
+/// A batch of one side as the joins hold it: event times, keys, rows.
+struct SideRows {
+    times: arrow::array::TimestampMicrosecondArray,
+    keys: arrow::row::Rows,
+    rows: arrow::row::Rows,
+}
+
+impl JoinSide {
+    /// `batch` of this side read for stage `ctx`.
+    fn read(
+        &self,
+        batch: &RecordBatch,
+        ctx: &crate::runtime::checkpoint::StateContext,
+    ) -> Result<SideRows, crate::runtime::TaskError> {
+        Ok(SideRows {
+            times: super::rows::event_micros(batch, self.time)
+                .map_err(ctx.arrow("reading event time"))?,
+            keys: self
+                .hasher
+                .rows(batch)
+                .map_err(ctx.arrow("encoding keys"))?,
+            rows: self
+                .codec
+                .encode(batch)
+                .map_err(ctx.arrow("encoding rows"))?,
+        })
+    }
+}
+
 /// Build output batches from matched (left row, right row) byte pairs,
 /// with window bounds in front for a window join.
 fn joined(

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use arrow::array::{Array, BinaryArray, RecordBatch, UInt8Array};
 use arrow::datatypes::{DataType, Field};
 
-use super::{JoinPlan, JoinSide, joined};
+use super::{JoinPlan, JoinSide, SideRows, joined};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, event_micros, held_back};
+use crate::runtime::operators::rows::{OUTPUT_BATCH, StateGauge, advance, held_back};
 use crate::state::{
     StateError, StateFormat, StateSnapshot, StateTable, ValueCodec, ValueRows, named,
 };
@@ -94,7 +94,7 @@ impl WindowJoin {
         let JoinWindow::Tumbling(size) = plan.spec.window else {
             return Err(ctx.error("a window join needs `window`"));
         };
-        let sides = plan.sides().map_err(|e| ctx.error(e))?;
+        let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(BucketCodec, Some("window_start"))?;
         Ok(WindowJoin {
             size: size.as_micros() as i64,
@@ -137,7 +137,7 @@ impl WindowJoin {
                         pairs.push((l, r));
                         if pairs.len() == OUTPUT_BATCH {
                             let batch = joined(&self.plan, &self.sides, window, &pairs)
-                                .map_err(|e| self.ctx.error(e))?;
+                                .map_err(self.ctx.arrow("joining rows"))?;
                             out.emit(batch)?;
                             pairs.clear();
                         }
@@ -146,7 +146,7 @@ impl WindowJoin {
             }
             if !pairs.is_empty() {
                 let batch = joined(&self.plan, &self.sides, window, &pairs)
-                    .map_err(|e| self.ctx.error(e))?;
+                    .map_err(self.ctx.arrow("joining rows"))?;
                 out.emit(batch)?;
             }
         }
@@ -163,9 +163,7 @@ impl Operator for WindowJoin {
     ) -> Result<(), TaskError> {
         let side = input.min(1);
         let s = &self.sides[side];
-        let times = event_micros(&batch, s.time).map_err(|e| self.ctx.error(e))?;
-        let keys = s.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
-        let rows = s.codec.encode(&batch).map_err(|e| self.ctx.error(e))?;
+        let SideRows { times, keys, rows } = s.read(&batch, &self.ctx)?;
         let mut late: Vec<u32> = Vec::new();
         for r in 0..batch.num_rows() {
             if times.is_null(r) {

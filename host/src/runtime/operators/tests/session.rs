@@ -99,6 +99,45 @@ fn rows_at(times: &[i64]) -> arrow::array::RecordBatch {
     arrow::array::RecordBatch::try_new(input.schema(), columns).expect("rows")
 }
 
+/// A batch whose event time does not read as time fails the task with a
+/// typed Arrow error naming the stage and what it was doing.
+#[test]
+fn an_event_time_that_is_not_a_time_fails_naming_the_stage_and_the_step() {
+    use std::sync::Arc;
+    let good = rows_at(&[0]);
+    let plan = SessionPlan::new(&spec(100, 1000), good.schema()).expect("plan");
+    let mut h = Harness::new(StatefulPlan::Session(plan), vec![vec!["auction".into()]], 1);
+    let mut fields: Vec<arrow::datatypes::Field> = good
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    // Booleans do not cast to timestamps at all.
+    fields[3] =
+        arrow::datatypes::Field::new("date_time", arrow::datatypes::DataType::Boolean, true);
+    let mut columns = good.columns().to_vec();
+    columns[3] = Arc::new(arrow::array::BooleanArray::from(vec![true]));
+    let bad = arrow::array::RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        columns,
+    )
+    .expect("batch");
+    let err = h.feed_unrouted(0, bad).expect_err("no event time");
+    assert!(
+        matches!(
+            &err,
+            crate::runtime::TaskError::Arrow { stage, action: "reading event time", .. } if stage == "stage"
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("stage `stage`: reading event time: "),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_late_but_allowed_row_bridges_two_sessions() {
     let plan = SessionPlan::new(&spec(100, 1000), rows_at(&[0]).schema()).expect("plan");

@@ -100,7 +100,8 @@ pub struct WindowAggregate {
 impl WindowAggregate {
     /// The operator of one task, with the state restored for its vnodes.
     pub fn new(plan: WindowPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
-        let hasher = KeyHasher::new(&plan.input, &plan.spec.key).map_err(|e| ctx.error(e))?;
+        let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
+            .map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(GroupCodec(plan.aggregates.clone()), Some("window_start"))?;
         Ok(WindowAggregate {
             size: plan.spec.size.as_micros() as i64,
@@ -146,7 +147,7 @@ impl WindowAggregate {
             .hasher
             .converter()
             .convert_rows(groups.iter().map(|(k, _)| parser.parse(k)))
-            .map_err(|e| self.ctx.error(e))?;
+            .map_err(self.ctx.arrow("decoding keys"))?;
         let end = start.saturating_add(self.size);
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampMicrosecondArray::from(vec![start; n])),
@@ -155,7 +156,8 @@ impl WindowAggregate {
         columns.extend(keys);
         let accs: Vec<&GroupAccs> = groups.iter().map(|(_, g)| g).collect();
         columns.extend(self.plan.aggregates.finish(&accs));
-        RecordBatch::try_new(self.plan.output_schema(), columns).map_err(|e| self.ctx.error(e))
+        RecordBatch::try_new(self.plan.output_schema(), columns)
+            .map_err(self.ctx.arrow("building output rows"))
     }
 }
 
@@ -166,10 +168,16 @@ impl Operator for WindowAggregate {
         batch: RecordBatch,
         out: &mut Emitter,
     ) -> Result<(), TaskError> {
-        let times = event_micros(&batch, self.plan.time).map_err(|e| self.ctx.error(e))?;
-        let rows = self.hasher.rows(&batch).map_err(|e| self.ctx.error(e))?;
+        let times =
+            event_micros(&batch, self.plan.time).map_err(self.ctx.arrow("reading event time"))?;
+        let rows = self
+            .hasher
+            .rows(&batch)
+            .map_err(self.ctx.arrow("encoding keys"))?;
         let aggregates = &self.plan.aggregates;
-        let values = aggregates.values(&batch).map_err(|e| self.ctx.error(e))?;
+        let values = aggregates
+            .values(&batch)
+            .map_err(self.ctx.arrow("reading aggregate inputs"))?;
         let watermark = self.table.watermark();
         let mut late: Vec<u32> = Vec::new();
         for row in 0..batch.num_rows() {
