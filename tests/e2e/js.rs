@@ -88,7 +88,7 @@ fn the_js_sdk_unit_tests_pass() {
 /// `plugins/sdk-js/wit` is a copy of the contract: it must not drift.
 #[test]
 fn the_js_sdk_carries_the_repository_s_wit() {
-    for rel in ["plugin.wit", "deps/host/kafka.wit"] {
+    for rel in ["plugin.wit", "deps/host/kafka.wit", "deps/host/decode.wit"] {
         let ours = std::fs::read_to_string(repo().join("wit").join(rel)).expect("wit");
         let theirs = std::fs::read_to_string(sdk_dir().join("wit").join(rel)).expect("sdk wit");
         assert!(

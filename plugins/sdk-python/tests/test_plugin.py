@@ -110,7 +110,7 @@ class VendoredWit(unittest.TestCase):
         if not repo.is_dir():
             self.skipTest("not inside the fvhost repository")
         mine = Path(fv.__file__).resolve().parent / "wit"
-        for rel in ("plugin.wit", "deps/host/kafka.wit"):
+        for rel in ("plugin.wit", "deps/host/kafka.wit", "deps/host/decode.wit"):
             self.assertEqual((mine / rel).read_text(), (repo / rel).read_text(), f"fv_plugin/wit/{rel} differs from wit/{rel}: copy it over")
 
 

@@ -66,6 +66,10 @@ const SDK: &[(&str, &str)] = &[
         include_str!("../../../../plugins/sdk-python/fv_plugin/testing.py"),
     ),
     (
+        "fv_plugin/wit/deps/host/decode.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/host/decode.wit"),
+    ),
+    (
         "fv_plugin/wit/deps/host/kafka.wit",
         include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/host/kafka.wit"),
     ),
