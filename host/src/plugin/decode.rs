@@ -81,6 +81,21 @@ impl HostState {
     fn release(&mut self, bytes: u64) {
         self.decoding.release(bytes);
     }
+
+    /// Hold `bytes` for the resource `make` builds, and free them again if
+    /// it fails.
+    fn holding<T>(
+        &mut self,
+        bytes: u64,
+        make: impl FnOnce(&mut Self) -> Result<T, String>,
+    ) -> Result<T, String> {
+        self.hold(bytes)?;
+        let made = make(self);
+        if made.is_err() {
+            self.release(bytes);
+        }
+        made
+    }
 }
 
 /// A decoder of CSV or JSON-lines blocks (the `text-decoder` resource).
@@ -134,16 +149,8 @@ impl TextDecoder {
     pub fn decode(&self, text: &[u8]) -> Result<DecodedBatch, String> {
         // A row is at least its line end: a bound the decoder never reaches.
         let batch_size = memchr_count(text).saturating_add(1);
-        let decoded = catch_unwind(AssertUnwindSafe(|| self.decode_rows(text, batch_size)));
-        let batch = match decoded {
-            Ok(Ok(batch)) => batch,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("the decoder failed on malformed data".into()),
-        };
-        let rows = u32::try_from(batch.num_rows())
-            .map_err(|_| format!("a block of {} rows", batch.num_rows()))?;
-        let ipc = crate::ipc::encode_batch(&batch).map_err(|e| format!("encoding a batch: {e}"))?;
-        Ok(DecodedBatch { rows, ipc })
+        let batch = guard("decoding a block", || self.decode_rows(text, batch_size))?;
+        decoded(&batch)
     }
 
     fn decode_rows(
@@ -175,6 +182,14 @@ impl TextDecoder {
         Ok(batch
             .unwrap_or_else(|| arrow::array::RecordBatch::new_empty(Arc::clone(&self.projected))))
     }
+}
+
+/// `batch` as the guest gets it: its row count and IPC stream bytes.
+fn decoded(batch: &arrow::array::RecordBatch) -> Result<DecodedBatch, String> {
+    let rows = u32::try_from(batch.num_rows())
+        .map_err(|_| format!("a batch of {} rows", batch.num_rows()))?;
+    let ipc = crate::ipc::encode_batch(batch).map_err(|e| format!("encoding a batch: {e}"))?;
+    Ok(DecodedBatch { rows, ipc })
 }
 
 /// The line ends in `text`.
@@ -301,36 +316,32 @@ impl ParquetRows {
         let Some(reader) = self.reader.as_mut() else {
             return Ok(None);
         };
-        let next = catch_unwind(AssertUnwindSafe(|| reader.next().transpose()));
-        let batch = match next {
-            Ok(Ok(Some(batch))) => batch,
-            Ok(Ok(None)) => {
+        let next = guard(&format!("decoding {}", self.context), || {
+            reader.next().transpose()
+        });
+        match next {
+            Ok(Some(batch)) => decoded(&batch)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", self.context)),
+            // Drained, or the decoder failed: it is not asked again.
+            Ok(None) => {
                 self.reader = None;
-                return Ok(None);
+                Ok(None)
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 self.reader = None;
-                return Err(format!("decoding {}: {e}", self.context));
+                Err(e)
             }
-            Err(_) => {
-                self.reader = None;
-                return Err(format!(
-                    "decoding {}: the decoder failed on malformed data",
-                    self.context
-                ));
-            }
-        };
-        let rows = u32::try_from(batch.num_rows())
-            .map_err(|_| format!("{}: a batch of {} rows", self.context, batch.num_rows()))?;
-        let ipc = crate::ipc::encode_batch(&batch)
-            .map_err(|e| format!("encoding a batch of {}: {e}", self.context))?;
-        Ok(Some(DecodedBatch { rows, ipc }))
+        }
     }
 }
 
 /// Run the decoder on input the plugin controls: its errors and panics
 /// become one message naming what was decoded.
-fn guard<T>(what: &str, f: impl FnOnce() -> Result<T, ParquetError>) -> Result<T, String> {
+fn guard<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, E>,
+) -> Result<T, String> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(format!("{what}: {e}")),
@@ -412,13 +423,10 @@ impl Host for HostState {}
 
 impl HostParquetFile for HostState {
     fn parse(&mut self, footer: Vec<u8>) -> Result<Resource<ParquetFile>, String> {
-        self.hold(footer.len() as u64)?;
-        let file =
-            ParquetFile::parse(&footer).and_then(|f| self.table.push(f).map_err(|e| e.to_string()));
-        if file.is_err() {
-            self.release(footer.len() as u64);
-        }
-        file
+        self.holding(footer.len() as u64, |s| {
+            let file = ParquetFile::parse(&footer)?;
+            s.table.push(file).map_err(|e| e.to_string())
+        })
     }
 
     fn read_row_group(
@@ -431,19 +439,14 @@ impl HostParquetFile for HostState {
         chunks: Vec<FileBytes>,
     ) -> Result<Resource<ParquetRows>, String> {
         let bytes: u64 = chunks.iter().map(|c| c.bytes.len() as u64).sum();
-        self.hold(bytes)?;
-        let rows = self
-            .table
-            .get(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|f| {
-                f.read_row_group(group, columns.as_deref(), &selection, batch_rows, chunks)
-            })
-            .and_then(|rows| self.table.push(rows).map_err(|e| e.to_string()));
-        if rows.is_err() {
-            self.release(bytes);
-        }
-        rows
+        self.holding(bytes, |s| {
+            let rows = s
+                .table
+                .get(&file)
+                .map_err(|e| e.to_string())?
+                .read_row_group(group, columns.as_deref(), &selection, batch_rows, chunks)?;
+            s.table.push(rows).map_err(|e| e.to_string())
+        })
     }
 
     fn drop(&mut self, file: Resource<ParquetFile>) -> wasmtime::Result<()> {
@@ -460,13 +463,10 @@ impl HostTextDecoder for HostState {
         schema: Vec<u8>,
         projection: Option<Vec<u32>>,
     ) -> Result<Resource<TextDecoder>, String> {
-        self.hold(schema.len() as u64)?;
-        let decoder = TextDecoder::open(format, &schema, projection)
-            .and_then(|d| self.table.push(d).map_err(|e| e.to_string()));
-        if decoder.is_err() {
-            self.release(schema.len() as u64);
-        }
-        decoder
+        self.holding(schema.len() as u64, |s| {
+            let decoder = TextDecoder::open(format, &schema, projection)?;
+            s.table.push(decoder).map_err(|e| e.to_string())
+        })
     }
 
     fn decode(

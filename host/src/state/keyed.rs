@@ -512,13 +512,7 @@ mod tests {
     /// and fired, and calls rolled back.
     #[test]
     fn a_full_snapshot_and_its_deltas_restore_the_state_exactly() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::state::seeded(0x9e37_79b9_7f4a_7c15u64);
         let mut tasks: Vec<(KeyedState, Vec<RecordBatch>)> = (0..2)
             .map(|_| (KeyedState::new(1 << 24), Vec::new()))
             .collect();

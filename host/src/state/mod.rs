@@ -27,3 +27,15 @@ pub use keyed::{
 pub use snapshot::{SnapshotError, StateObject, StateSnapshot};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
+
+/// A seeded xorshift source for the state tests' random operations:
+/// `next(n)` is in `0..n`, the same sequence for the same seed.
+#[cfg(test)]
+pub(crate) fn seeded(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}

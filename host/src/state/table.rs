@@ -718,13 +718,7 @@ mod tests {
     /// gives exactly the state there is.
     #[test]
     fn a_full_snapshot_and_its_deltas_restore_the_state_exactly() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::state::seeded(0x2545_f491_4f6c_dd1du64);
         let mut tasks: Vec<StateTable<Numbers>> = (0..2)
             .map(|t| StateTable::new(Numbers, Some("window_start"), VnodeRange::of_task(t, 2)))
             .collect();

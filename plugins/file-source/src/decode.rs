@@ -29,6 +29,7 @@ use fv_plugin_sdk::arrow_schema::{ArrowError, SchemaRef};
 use fv_plugin_sdk::arrow_select::concat::concat_batches;
 pub use fv_plugin_sdk::decode::TextDecoder;
 use fv_plugin_sdk::decode::TextFormat;
+use fv_plugin_sdk::{Poll, Rejected, SplitPosition};
 
 use crate::Format;
 use crate::lines;
@@ -68,12 +69,30 @@ pub struct BadRow {
 /// (start, end, line index from 0) of a row in a block, without its line end.
 type Span = (usize, usize, u64);
 
-/// A decoded block's rows.
+/// Decoded rows (a block of lines, or a Parquet batch).
 pub enum Block {
     /// Decoded here.
     Batch(RecordBatch),
     /// Decoded by the host: IPC stream bytes, passed on as they are.
     Ipc(Vec<u8>),
+}
+
+impl Block {
+    /// The poll that hands these rows to the host.
+    pub fn into_poll(self, positions: Vec<SplitPosition>, rejected: Vec<Rejected>) -> Poll {
+        match self {
+            Block::Batch(batch) => Poll::Batch {
+                batch,
+                positions,
+                rejected,
+            },
+            Block::Ipc(ipc) => Poll::Encoded {
+                ipc,
+                positions,
+                rejected,
+            },
+        }
+    }
 }
 
 /// [`decode`], with a block of plain lines handed to the host to decode

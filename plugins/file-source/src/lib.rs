@@ -513,18 +513,7 @@ impl Source for FileSource {
             let name = split.name.clone();
             self.finished.push(name);
         }
-        Ok(match block {
-            decode::Block::Batch(batch) => Poll::Batch {
-                positions,
-                batch,
-                rejected,
-            },
-            decode::Block::Ipc(ipc) => Poll::Encoded {
-                positions,
-                ipc,
-                rejected,
-            },
-        })
+        Ok(block.into_poll(positions, rejected))
     }
 }
 
@@ -704,19 +693,7 @@ fn poll_parquet(
     match next {
         Some((decoded, position)) => {
             split.offset = position;
-            let positions = position_of(split);
-            Ok(Some(match decoded {
-                parquet_file::Decoded::Batch(batch) => Poll::Batch {
-                    positions,
-                    batch,
-                    rejected: Vec::new(),
-                },
-                parquet_file::Decoded::Ipc(ipc) => Poll::Encoded {
-                    positions,
-                    ipc,
-                    rejected: Vec::new(),
-                },
-            }))
+            Ok(Some(decoded.into_poll(position_of(split), Vec::new())))
         }
         None => {
             split.done = true;

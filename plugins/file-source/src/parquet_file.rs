@@ -14,7 +14,6 @@ use bytes::Bytes;
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 
-use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::{ConfigError, Filter};
 use parquet::arrow::ProjectionMask;
@@ -24,6 +23,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::PageIndexPolicy;
 
+use crate::decode::Block;
 use crate::parquet_host::{self, GroupRead, HostRows};
 use crate::parquet_select::{self, Segment};
 use crate::{parquet_pages, parquet_prune};
@@ -32,13 +32,13 @@ use fv_plugin_sdk::decode::RowRun;
 /// A Parquet file read by path. The reader wants several independent
 /// handles on the file; WASI cannot duplicate one (`try_clone`), so every
 /// read opens the file again. Only the bytes asked for are read.
-struct PathReader {
+pub(crate) struct PathReader {
     path: String,
     len: u64,
 }
 
 impl PathReader {
-    fn open(path: &str) -> std::io::Result<Self> {
+    pub(crate) fn open(path: &str) -> std::io::Result<Self> {
         let len = std::fs::metadata(path)?.len();
         Ok(PathReader {
             path: path.to_string(),
@@ -137,14 +137,6 @@ pub struct ReadPlan<'a> {
     /// Hand the row groups to the host to decode (`fv:host/decode`), where
     /// there is a host: in a Wasm build.
     pub host_decode: bool,
-}
-
-/// A batch a cursor read.
-pub enum Decoded {
-    /// Decoded here.
-    Batch(RecordBatch),
-    /// Decoded by the host: IPC stream bytes, passed on as they are.
-    Ipc(Vec<u8>),
 }
 
 /// Where a cursor's batches come from.
@@ -298,17 +290,17 @@ impl ParquetCursor {
 
     /// The next batch and the split's position after it (the number of
     /// the row after its last row), or `None` at the end of the split.
-    pub fn next_batch(&mut self, path: &str) -> Result<Option<(Decoded, u64)>, String> {
+    pub fn next_batch(&mut self, path: &str) -> Result<Option<(Block, u64)>, String> {
         let next = match self.reader.as_mut() {
             None => None,
             Some(Rows::Guest(reader)) => reader
                 .next()
                 .transpose()
                 .map_err(|e| format!("`{path}`: {e}"))?
-                .map(|batch| (batch.num_rows() as u64, Decoded::Batch(batch))),
+                .map(|batch| (batch.num_rows() as u64, Block::Batch(batch))),
             Some(Rows::Host(rows)) => rows
                 .next_batch()?
-                .map(|batch| (u64::from(batch.rows), Decoded::Ipc(batch.ipc))),
+                .map(|batch| (u64::from(batch.rows), Block::Ipc(batch.ipc))),
         };
         let Some((rows, batch)) = next else {
             return Ok(None);

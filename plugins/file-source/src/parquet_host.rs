@@ -10,13 +10,14 @@
 //! memory stays bounded by the size of a group, not of a file.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 
 use fv_plugin_sdk::decode::{DecodedBatch, FileBytes, ParquetFile, ParquetRows, RowRun};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+
+use crate::parquet_file::PathReader;
 
 /// The largest group (bytes of the chunks read) handed to the host.
 pub const MAX_GROUP_BYTES: u64 = 128 << 20;
@@ -55,7 +56,8 @@ pub fn chunk_ranges(
 /// Batches of the groups of a cursor, decoded by the host.
 pub struct HostRows {
     path: String,
-    file: ParquetFile,
+    file: PathReader,
+    parquet: ParquetFile,
     columns: Option<Vec<u32>>,
     batch_rows: u32,
     groups: VecDeque<GroupRead>,
@@ -70,11 +72,13 @@ impl HostRows {
         batch_rows: usize,
         groups: Vec<GroupRead>,
     ) -> Result<Self, String> {
-        let footer = footer_bytes(path)?;
-        let file = ParquetFile::parse(&footer).map_err(|e| format!("`{path}`: {e}"))?;
+        let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
+        let footer = footer_bytes(path, &file)?;
+        let parquet = ParquetFile::parse(&footer).map_err(|e| format!("`{path}`: {e}"))?;
         Ok(HostRows {
             path: path.to_string(),
             file,
+            parquet,
             columns: columns.map(|c| c.iter().map(|i| *i as u32).collect()),
             batch_rows: u32::try_from(batch_rows.max(1)).unwrap_or(u32::MAX),
             groups: groups.into(),
@@ -97,10 +101,15 @@ impl HostRows {
             let chunks = group
                 .ranges
                 .iter()
-                .map(|r| read_range(&self.path, r.clone()))
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|r| {
+                    Ok(FileBytes {
+                        offset: r.start,
+                        bytes: read(&self.path, &self.file, r.start, r.end - r.start)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
             let rows = self
-                .file
+                .parquet
                 .read_row_group(
                     u32::try_from(group.index).unwrap_or(u32::MAX),
                     self.columns.as_deref(),
@@ -114,51 +123,28 @@ impl HostRows {
     }
 }
 
-fn io_error(path: &str, e: std::io::Error) -> String {
-    format!("reading `{path}`: {e}")
-}
-
-/// The bytes of `path` over `range`.
-fn read_range(path: &str, range: Range<u64>) -> Result<FileBytes, String> {
-    let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| {
-        format!(
-            "`{path}`: a column chunk of {} bytes",
-            range.end - range.start
-        )
-    })?;
-    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
-    file.seek(SeekFrom::Start(range.start))
-        .map_err(|e| io_error(path, e))?;
-    let mut bytes = vec![0; len];
-    file.read_exact(&mut bytes).map_err(|e| io_error(path, e))?;
-    Ok(FileBytes {
-        offset: range.start,
-        bytes,
-    })
+/// `len` bytes of `file` (at `path`) from `start`.
+fn read(path: &str, file: &PathReader, start: u64, len: u64) -> Result<Vec<u8>, String> {
+    let len = usize::try_from(len).map_err(|_| format!("`{path}`: a read of {len} bytes"))?;
+    file.get_bytes(start, len)
+        .map(Vec::from)
+        .map_err(|e| format!("reading `{path}`: {e}"))
 }
 
 /// The file's serialized metadata: the bytes before the last 8, as many as
 /// the little-endian u32 that starts them says.
-fn footer_bytes(path: &str) -> Result<Vec<u8>, String> {
-    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
-    let len = file.seek(SeekFrom::End(0)).map_err(|e| io_error(path, e))?;
-    let mut tail = [0u8; 8];
+fn footer_bytes(path: &str, file: &PathReader) -> Result<Vec<u8>, String> {
+    let len = file.len();
     if len < 8 {
         return Err(format!("`{path}` is too short to be a Parquet file"));
     }
-    file.seek(SeekFrom::Start(len - 8))
-        .map_err(|e| io_error(path, e))?;
-    file.read_exact(&mut tail).map_err(|e| io_error(path, e))?;
-    if &tail[4..] != b"PAR1" {
+    let tail = read(path, file, len - 8, 8)?;
+    if tail.get(4..) != Some(&b"PAR1"[..]) {
         return Err(format!("`{path}` does not end like a Parquet file"));
     }
     let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
     if footer > len - 8 {
         return Err(format!("`{path}`: its footer claims {footer} bytes"));
     }
-    file.seek(SeekFrom::Start(len - 8 - footer))
-        .map_err(|e| io_error(path, e))?;
-    let mut bytes = vec![0; footer as usize];
-    file.read_exact(&mut bytes).map_err(|e| io_error(path, e))?;
-    Ok(bytes)
+    read(path, file, len - 8 - footer, footer)
 }
