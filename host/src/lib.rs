@@ -19,9 +19,12 @@
 //!   `<topology>.lock` that pins them by digest;
 //! - [`serve`]: the control plane (`fvhost serve`: many topologies behind
 //!   an HTTP API);
+//! - [`cluster`]: running as one member of a cluster whose only
+//!   infrastructure is Kafka: exchange topics for keyed edges, generations;
 //! - [`sql`]: stateless DataFusion queries over batches;
 //! - [`state`]: vnodes, key hashing and state snapshots of keyed operators.
 
+pub mod cluster;
 pub mod epoch;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -83,6 +83,15 @@ enum Command {
         /// store over. Clocks of the machines must agree well within it.
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_lease_ttl)]
         lease_ttl: Duration,
+        /// Run as a member of a cluster whose only infrastructure is Kafka:
+        /// `kafka://host:port[,host:port…]` (overrides `[cluster] brokers`).
+        /// Every keyed edge goes through an exchange topic
+        /// (`fv.<topology>.exchange.<from>.<to>.<P>x<C>`, created if absent),
+        /// each start is a new generation, and a restart reads exchanges
+        /// from the offsets in the newest manifest, dropping what older
+        /// generations wrote. See README, "Running on several machines".
+        #[arg(long, env = "FVHOST_CLUSTER", value_name = "URL", value_parser = parse_cluster)]
+        cluster: Option<fvhost::cluster::ClusterSettings>,
         #[command(flatten)]
         plugins: PluginResolution,
     },
@@ -375,13 +384,25 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             from_scratch,
             epoch_store,
             lease_ttl,
+            cluster,
             plugins,
         } => {
             let engine = engine(cli.cache_dir)?;
-            let plan = match load_and_plan(&topology, &engine, &plugins) {
+            let mut plan = match load_and_plan(&topology, &engine, &plugins) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
+            if let Some(cluster) = cluster {
+                let settings = &mut plan.topology.settings;
+                settings.cluster = Some(match settings.cluster.take() {
+                    // The table's other keys still apply.
+                    Some(table) => fvhost::cluster::ClusterSettings {
+                        brokers: cluster.brokers,
+                        ..table
+                    },
+                    None => cluster,
+                });
+            }
             let state_dir =
                 state_dir.unwrap_or_else(|| PathBuf::from(".fvhost").join(&plan.topology.name));
             std::fs::create_dir_all(&state_dir)
@@ -721,6 +742,10 @@ fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {
 }
 
 /// Parse `--lease-ttl` (`30s`, `2m`, `500ms`; at least one second).
+fn parse_cluster(text: &str) -> Result<fvhost::cluster::ClusterSettings, String> {
+    fvhost::cluster::ClusterSettings::from_address(text).map_err(|e| e.to_string())
+}
+
 fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
     let ttl = fvhost::topology::parse_duration(text)?;
     if ttl < Duration::from_secs(1) {

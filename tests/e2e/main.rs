@@ -8,6 +8,10 @@ mod support;
 
 mod bad_input;
 mod cli;
+mod cluster;
+// Shared with the cluster bench, which uses the parts the tests do not.
+#[allow(dead_code)]
+mod cluster_topology;
 mod contained;
 mod exactly_once;
 mod failure_paths;

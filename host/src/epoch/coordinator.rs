@@ -77,9 +77,24 @@ pub enum Ack {
         /// deltas since, this epoch's last.
         objects: Vec<StateObject>,
     },
+    /// A reader of an exchange partition passed barrier `epoch`: the
+    /// partition's next generation resumes at `offset`.
+    Exchange {
+        /// The exchange topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// Epoch.
+        epoch: u64,
+        /// The offset just past the barrier record.
+        offset: i64,
+    },
     /// A bounded source task drained its splits.
     SourceFinished,
 }
+
+/// What runs once a manifest is durable (it must not block).
+pub type OnCommit = Box<dyn Fn(&Manifest) + Send>;
 
 /// Static facts the coordinator needs.
 pub struct CoordinatorConfig {
@@ -103,6 +118,14 @@ pub struct CoordinatorConfig {
     pub sink_tasks: usize,
     /// Number of stateful stage tasks (each snapshots every epoch).
     pub state_tasks: usize,
+    /// Number of exchange partitions this run reads (cluster members;
+    /// each reader acknowledges every epoch's barrier).
+    pub exchange_partitions: usize,
+    /// The job's generation (cluster members), recorded in manifests.
+    pub generation: Option<u64>,
+    /// Called with each manifest once it is durable (a cluster member
+    /// trims its exchange topics); it must not block.
+    pub on_commit: Option<OnCommit>,
 }
 
 /// Per sink, per task: what one kind of sink acknowledgement carried.
@@ -115,7 +138,9 @@ struct Pending {
     source_acks: usize,
     sink_acks: usize,
     state_acks: usize,
+    exchange_acks: usize,
     state: BTreeMap<String, StageState>,
+    exchanges: BTreeMap<String, BTreeMap<i32, i64>>,
     positions: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     handles: PerSinkTask<Vec<u8>>,
     /// Earlier (epoch, handle)s still awaiting their commit.
@@ -267,6 +292,20 @@ impl Coordinator {
                             .extend(objects);
                     }
                 }
+                Ok(Ack::Exchange {
+                    topic,
+                    partition,
+                    epoch,
+                    offset,
+                }) => {
+                    if let Some(e) = pending.get_mut(&epoch) {
+                        e.exchange_acks += 1;
+                        e.exchanges
+                            .entry(topic)
+                            .or_default()
+                            .insert(partition, offset);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 // Every task is gone: nothing more will be acknowledged.
                 Err(RecvTimeoutError::Disconnected) => return committed,
@@ -276,6 +315,7 @@ impl Coordinator {
                 if e.source_acks < self.config.source_tasks
                     || e.sink_acks < self.config.sink_tasks
                     || e.state_acks < self.config.state_tasks
+                    || e.exchange_acks < self.config.exchange_partitions
                 {
                     break;
                 }
@@ -348,6 +388,7 @@ impl Coordinator {
             handles,
             backlog,
             mut state,
+            exchanges,
             ..
         } = pending;
         let not_committed = |source| CheckpointError::NotCommitted { epoch, source };
@@ -398,6 +439,8 @@ impl Coordinator {
                 })
                 .collect(),
             state,
+            generation: self.config.generation,
+            exchanges,
         };
         let state_bytes: u64 = manifest
             .state
@@ -435,6 +478,9 @@ impl Coordinator {
         };
         let micros = micros_since(started);
         self.control.committed(epoch, micros, bytes, state_bytes);
+        if let Some(on_commit) = &self.config.on_commit {
+            on_commit(&manifest);
+        }
         tracing::debug!(epoch, micros, "manifest written");
         super::fault_point("after-manifest", epoch)
             .map_err(|source| CheckpointError::AfterCommit { epoch, source })?;

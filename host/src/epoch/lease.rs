@@ -79,7 +79,7 @@ fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-fn host_name() -> String {
+pub(super) fn host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())

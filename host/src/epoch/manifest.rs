@@ -57,6 +57,14 @@ pub struct Manifest {
     /// Stateful stage name → its state objects for this epoch.
     #[serde(default)]
     pub state: BTreeMap<String, StageState>,
+    /// The generation of the job that wrote it (cluster members only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// Exchange topic → partition → the offset just past this epoch's
+    /// barrier: where the next generation's readers start (cluster
+    /// members only), and before which the topic's records may go.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exchanges: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
 /// The state one stateful stage checkpointed in an epoch.
@@ -95,6 +103,11 @@ impl Manifest {
         commits.sort_by_key(|(e, _)| *e);
         commits.extend(self.sink_handle(sink, task).map(|h| (self.epoch, h)));
         commits
+    }
+
+    /// Where a reader of exchange `topic` partition `partition` resumes.
+    pub fn exchange_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.exchanges.get(topic)?.get(&partition).copied()
     }
 
     /// The handle a sink task prepared for this epoch.

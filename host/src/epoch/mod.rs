@@ -14,14 +14,16 @@
 
 mod coordinator;
 mod fault;
+mod generation;
 mod lease;
 mod lock;
 mod manifest;
 pub mod restore;
 mod store;
 
-pub use coordinator::{Ack, Coordinator, CoordinatorConfig, SinkCommand, SourceCommand};
+pub use coordinator::{Ack, Coordinator, CoordinatorConfig, OnCommit, SinkCommand, SourceCommand};
 pub use fault::{InjectedFault, POINTS as FAULT_POINTS, fault_point};
+pub use generation::Generation;
 pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};
 pub use manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};

@@ -411,7 +411,7 @@ impl EpochStore {
 
     /// Keys (relative to the root) of the objects and sub-prefixes directly
     /// under `prefix`.
-    fn list(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), EpochError> {
+    pub(super) fn list(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), EpochError> {
         let path = self.path(prefix);
         let listed = self
             .runtime
@@ -625,6 +625,8 @@ mod tests {
                     }],
                 },
             )]),
+            generation: None,
+            exchanges: BTreeMap::new(),
         }
     }
 

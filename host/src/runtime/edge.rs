@@ -16,6 +16,7 @@ use crossbeam_channel::{SendError, Sender};
 
 use super::message::Message;
 use super::status::EdgeStatus;
+use crate::cluster::exchange::ExchangeWriter;
 
 /// The channels of one edge: every producer task to every consumer task
 /// of one (upstream, downstream) pair.
@@ -102,32 +103,55 @@ impl ChannelGauge {
     }
 }
 
-/// The sending end of one channel of an edge, counted by its gauge.
+/// The sending end of one channel of an edge, counted by its gauge: a
+/// bounded channel in memory, or a partition of an exchange topic (a
+/// cluster member's keyed edge).
 #[derive(Debug, Clone)]
 pub struct EdgeSender {
-    tx: Sender<Message>,
-    gauge: Option<ChannelGauge>,
+    route: Route,
+}
+
+#[derive(Debug, Clone)]
+enum Route {
+    Channel {
+        tx: Sender<Message>,
+        gauge: Option<ChannelGauge>,
+    },
+    Exchange(Arc<ExchangeWriter>),
 }
 
 impl EdgeSender {
     /// `tx`, counted on `gauge`.
     pub fn new(tx: Sender<Message>, gauge: ChannelGauge) -> Self {
         EdgeSender {
-            tx,
-            gauge: Some(gauge),
+            route: Route::Channel {
+                tx,
+                gauge: Some(gauge),
+            },
+        }
+    }
+
+    /// Through an exchange topic's partition.
+    pub fn exchange(writer: ExchangeWriter) -> Self {
+        EdgeSender {
+            route: Route::Exchange(Arc::new(writer)),
         }
     }
 
     /// Send, blocking while the channel is full (the backpressure).
     pub fn send(&self, message: Message) -> Result<(), SendError<Message>> {
+        let (tx, gauge) = match &self.route {
+            Route::Channel { tx, gauge } => (tx, gauge),
+            Route::Exchange(writer) => return writer.send(message),
+        };
         // Counted before it can be received, so the count never runs
         // behind the channel.
-        if let Some(g) = &self.gauge {
+        if let Some(g) = gauge {
             g.sending();
         }
-        let sent = self.tx.send(message);
+        let sent = tx.send(message);
         if sent.is_err()
-            && let Some(g) = &self.gauge
+            && let Some(g) = gauge
         {
             g.received();
         }
@@ -138,7 +162,9 @@ impl EdgeSender {
 /// An uncounted sender (tests, edges nobody watches).
 impl From<Sender<Message>> for EdgeSender {
     fn from(tx: Sender<Message>) -> Self {
-        EdgeSender { tx, gauge: None }
+        EdgeSender {
+            route: Route::Channel { tx, gauge: None },
+        }
     }
 }
 
@@ -164,11 +190,10 @@ mod tests {
         let s = gauge.status();
         assert_eq!((s.from.as_str(), s.to.as_str()), ("nums", "evens"));
         assert_eq!((s.channels, s.capacity, s.queued, s.fullest), (2, 4, 4, 3));
-        assert_eq!(
-            a_tx.tx.len() as u64,
-            s.fullest,
-            "the count is the channel's"
-        );
+        let Route::Channel { tx: a_chan, .. } = &a_tx.route else {
+            panic!("a channel")
+        };
+        assert_eq!(a_chan.len() as u64, s.fullest, "the count is the channel's");
         // The consumer drains channel a.
         while a_rx.try_recv().is_ok() {
             a.received();

@@ -24,9 +24,10 @@ use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, commit_durable};
 use super::plan::{Plan, PlannedSink, PlannedSource, PlannedStage, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
+use crate::cluster::exchange::{ExchangeError, Exchanges};
 use crate::epoch::{
-    Ack, Coordinator, CoordinatorConfig, EpochStore, Manifest, SinkCommand, SourceCommand,
-    newest_restorable,
+    Ack, Coordinator, CoordinatorConfig, EpochStore, Generation, Manifest, OnCommit, SinkCommand,
+    SourceCommand, newest_restorable,
 };
 use crate::plugin::LoadedPlugin;
 use crate::plugin::{FailureKind, PluginError, SourceInstance, SourcePoll};
@@ -69,6 +70,9 @@ pub enum RunError {
     /// The epoch store failed.
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
+    /// A cluster member's exchange topics could not be set up.
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
 }
 
 /// What a finished run did.
@@ -102,10 +106,33 @@ pub fn run(
             .map(Arc::clone)
             .unwrap_or_default()
     };
-    let mut wiring = wire_edges(&plan, &metric)?;
+    let mut exchanges = match &plan.topology.settings.cluster {
+        Some(cluster) => {
+            let generation = Generation::claim(&store)?;
+            tracing::info!(
+                generation = generation.number,
+                brokers = %cluster.brokers,
+                "running as a cluster member: keyed edges go through exchange topics"
+            );
+            Some(Exchanges::new(
+                cluster,
+                &plan.topology.name,
+                generation,
+                Arc::clone(&control),
+                resume.manifest.clone(),
+            )?)
+        }
+        None => None,
+    };
+    let mut wiring = wire_edges(&plan, &metric, exchanges.as_mut())?;
     wire_side_outputs(&plan, &metric, &mut wiring);
     let settings = plan.topology.settings.clone();
     let mut launch = Launch::new(&settings, &control, &resume);
+    launch.generation = exchanges.as_ref().map(|e| e.generation().number);
+    launch.on_commit = match (&exchanges, &settings.cluster) {
+        (Some(e), Some(cluster)) if cluster.trim => Some(e.retention(settings.checkpoint_retain)?),
+        _ => None,
+    };
     let Plan {
         sources,
         stages,
@@ -124,6 +151,9 @@ pub fn run(
     for sink in sinks {
         let m = metric(&sink.name);
         launch.sink(sink, &m, &mut wiring)?;
+    }
+    if let Some(exchanges) = exchanges.as_mut() {
+        launch.exchange_readers(exchanges)?;
     }
     let handles = std::mem::take(&mut launch.handles);
     let committed_epoch = launch.coordinate(&topology, &plugins, store);
@@ -224,6 +254,7 @@ impl Wiring {
 fn wire_edges(
     plan: &Plan,
     metric: &impl Fn(&str) -> Arc<StageMetrics>,
+    mut exchanges: Option<&mut Exchanges>,
 ) -> Result<Wiring, RunError> {
     let capacity = plan.topology.settings.channel_capacity;
     let mut parallelism: BTreeMap<String, usize> = BTreeMap::new();
@@ -264,27 +295,45 @@ fn wire_edges(
             let producers = parallelism.get(input).copied().unwrap_or(0);
             let gauge = EdgeGauge::new(input, consumer, false, producers * tasks, capacity);
             metric(consumer).watch_edge(Arc::clone(&gauge));
+            let key = keys.get(consumer).and_then(|k| k.get(position));
+            let keyed = key.zip(schemas.get(input));
+            // A cluster member's keyed edge is a topic; forward edges stay
+            // in memory.
+            let mut exchange = match (keyed, exchanges.as_deref_mut()) {
+                (Some(_), Some(ex)) => {
+                    let edge = ex.edge(input, consumer, producers, *tasks)?;
+                    metric(consumer).watch_exchange(Arc::clone(&edge.metrics));
+                    Some((ex, edge))
+                }
+                _ => None,
+            };
             for p in 0..producers {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
                     let (tx, rx) = bounded(capacity);
                     let channel = gauge.channel(p * tasks + c);
-                    senders.push(EdgeSender::new(tx, channel.clone()));
+                    let local = EdgeSender::new(tx, channel.clone());
+                    match exchange.as_mut() {
+                        Some((ex, edge)) => {
+                            ex.reader(edge, p, c, local)?;
+                            senders.push(ex.writer(edge, p, c));
+                        }
+                        None => senders.push(local),
+                    }
                     wiring
                         .inputs
                         .entry((consumer.clone(), c))
                         .or_default()
                         .push((position, rx, channel));
                 }
-                let key = keys.get(consumer).and_then(|k| k.get(position));
-                let downstream = match (key, schemas.get(input)) {
-                    (Some(key), Some(schema)) => {
+                let downstream = match keyed {
+                    Some((key, schema)) => {
                         let hasher = KeyHasher::new(schema, key).map_err(|e| {
                             RunError::Task(format!("stage `{consumer}`: key {key:?}: {e}"))
                         })?;
                         Downstream::keyed(senders, hasher)
                     }
-                    _ => Downstream::new(senders),
+                    None => Downstream::new(senders),
                 };
                 wiring
                     .outputs
@@ -368,6 +417,12 @@ struct Launch<'a> {
     source_tasks: usize,
     state_tasks: usize,
     sink_tasks: usize,
+    /// Exchange partitions read (each acknowledges every barrier).
+    exchange_partitions: usize,
+    /// The job's generation, when a cluster member.
+    generation: Option<u64>,
+    /// What to do once a manifest is durable (trim exchange topics).
+    on_commit: Option<OnCommit>,
 }
 
 impl<'a> Launch<'a> {
@@ -386,7 +441,20 @@ impl<'a> Launch<'a> {
             source_tasks: 0,
             state_tasks: 0,
             sink_tasks: 0,
+            exchange_partitions: 0,
+            generation: None,
+            on_commit: None,
         }
+    }
+
+    /// Start a reader thread per exchange partition.
+    fn exchange_readers(&mut self, exchanges: &mut Exchanges) -> Result<(), RunError> {
+        for reader in exchanges.take_readers() {
+            self.exchange_partitions += 1;
+            let acks = self.acks.clone();
+            self.spawn(reader.name(), Box::new(move || reader.run(acks)))?;
+        }
+        Ok(())
     }
 
     /// Start a thread named after its task.
@@ -546,6 +614,9 @@ impl<'a> Launch<'a> {
             source_tasks,
             state_tasks,
             sink_tasks,
+            exchange_partitions,
+            generation,
+            on_commit,
             ..
         } = self;
         // Only the tasks hold senders now: the coordinator sees every ack
@@ -570,6 +641,9 @@ impl<'a> Launch<'a> {
                 source_tasks,
                 sink_tasks,
                 state_tasks,
+                exchange_partitions,
+                generation,
+                on_commit,
             },
             store,
             source_commands,

@@ -49,6 +49,9 @@ pub struct StageMetrics {
     /// The edges into this stage or sink (its inputs and side outputs
     /// that end here), each with how full its channels are.
     pub edges: Mutex<Vec<std::sync::Arc<super::edge::EdgeGauge>>>,
+    /// The exchange topics into this stage (a cluster member's keyed
+    /// inputs), with records and bytes through each.
+    pub exchanges: Mutex<Vec<std::sync::Arc<crate::cluster::exchange::ExchangeMetrics>>>,
     /// Rows sent on per second, the newest [`RATE_HISTORY`] seconds.
     pub rate_history: RateHistory,
 }
@@ -327,6 +330,27 @@ impl StageMetrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(edge);
+    }
+
+    /// Count what goes through `exchange` (one of this node's inputs).
+    pub fn watch_exchange(
+        &self,
+        exchange: std::sync::Arc<crate::cluster::exchange::ExchangeMetrics>,
+    ) {
+        self.exchanges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(exchange);
+    }
+
+    /// Records and bytes through each exchange topic into this node.
+    pub fn exchange_status(&self) -> Vec<crate::cluster::exchange::ExchangeStatus> {
+        self.exchanges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|e| e.status())
+            .collect()
     }
 
     /// How full each edge into this node is now.

@@ -139,6 +139,11 @@ pub struct StatusRecord {
     /// Per edge of the DAG, how full its channels are (backpressure).
     #[serde(default)]
     pub edges: Vec<EdgeStatus>,
+    /// A cluster member's exchange topics (its keyed edges): records and
+    /// bytes through each, its generation, and records of other
+    /// generations dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exchanges: Vec<crate::cluster::exchange::ExchangeStatus>,
     /// The newest checkpoints (at most 20), committed or failed, oldest
     /// first; a restarted run continues the history of the one before.
     #[serde(default)]
@@ -312,6 +317,7 @@ pub fn record(
             })
             .collect(),
         edges: metrics.iter().flat_map(|m| m.edge_status()).collect(),
+        exchanges: metrics.iter().flat_map(|m| m.exchange_status()).collect(),
         checkpoints: control.checkpoints(),
         cpu: super::cpu::sample(),
         error,

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::cluster::exchange::ExchangeStatus;
 use crate::runtime::status::{RunState, StatusRecord};
 
 /// A histogram family: name, help, and the stage's histogram if it has one.
@@ -187,6 +188,7 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
             );
         }
     }
+    exchanges(&mut out, topologies);
     let histograms: [HistogramFamily; 3] = [
         (
             "fvhost_stage_batch_seconds",
@@ -298,6 +300,67 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
     out
 }
 
+/// A cluster member's exchange topics: records and bytes each way, the
+/// lag, and records of other generations dropped.
+fn exchanges(out: &mut String, topologies: &[(String, RunState, Option<StatusRecord>)]) {
+    type Value = fn(&ExchangeStatus) -> u64;
+    let families: [(&str, &str, &str, Value); 6] = [
+        (
+            "fvhost_exchange_records_written_total",
+            "counter",
+            "Records written to an exchange topic.",
+            |e| e.records_out,
+        ),
+        (
+            "fvhost_exchange_bytes_written_total",
+            "counter",
+            "Bytes (values and headers) written to an exchange topic.",
+            |e| e.bytes_out,
+        ),
+        (
+            "fvhost_exchange_records_read_total",
+            "counter",
+            "Records of this generation read from an exchange topic.",
+            |e| e.records_in,
+        ),
+        (
+            "fvhost_exchange_bytes_read_total",
+            "counter",
+            "Bytes of this generation read from an exchange topic.",
+            |e| e.bytes_in,
+        ),
+        (
+            "fvhost_exchange_lag_records",
+            "gauge",
+            "Records written to an exchange topic and not yet read back.",
+            |e| e.lag,
+        ),
+        (
+            "fvhost_exchange_dropped_records_total",
+            "counter",
+            "Records of other generations (a crashed or replaced incarnation's) dropped on read.",
+            |e| e.dropped_other_generations,
+        ),
+    ];
+    for (metric, kind, help, value) in families {
+        let _ = writeln!(out, "# HELP {metric} {help}");
+        let _ = writeln!(out, "# TYPE {metric} {kind}");
+        for (name, _, record) in topologies {
+            for e in record.iter().flat_map(|r| &r.exchanges) {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{topology=\"{}\",topic=\"{}\",from=\"{}\",to=\"{}\"}} {}",
+                    label(name),
+                    label(&e.topic),
+                    label(&e.from),
+                    label(&e.to),
+                    value(e)
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +388,47 @@ mod tests {
             text.contains("fvhost_edge_queued_messages{topology=\"t\",from=\"nums\",to=\"out\"} 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn exchange_topics_are_exported_with_their_counters() {
+        let mut record = crate::runtime::status::record(
+            "t",
+            0,
+            &two_nodes_with_a_queued_edge(),
+            &RunControl::default(),
+            RunState::Running,
+            None,
+        );
+        record.exchanges.push(ExchangeStatus {
+            topic: "fv.t.exchange.nums.out.1x2".into(),
+            from: "nums".into(),
+            to: "out".into(),
+            partitions: 2,
+            generation: 3,
+            records_out: 10,
+            bytes_out: 4096,
+            records_in: 7,
+            bytes_in: 2048,
+            lag: 3,
+            dropped_other_generations: 5,
+            duplicates_dropped: 0,
+        });
+        let text = render(&[("t".into(), RunState::Running, Some(record))]);
+        let labels =
+            "{topology=\"t\",topic=\"fv.t.exchange.nums.out.1x2\",from=\"nums\",to=\"out\"}";
+        for (metric, value) in [
+            ("fvhost_exchange_records_written_total", 10),
+            ("fvhost_exchange_bytes_written_total", 4096),
+            ("fvhost_exchange_records_read_total", 7),
+            ("fvhost_exchange_bytes_read_total", 2048),
+            ("fvhost_exchange_lag_records", 3),
+            ("fvhost_exchange_dropped_records_total", 5),
+        ] {
+            assert!(
+                text.contains(&format!("{metric}{labels} {value}\n")),
+                "{metric}: {text}"
+            );
+        }
     }
 }

@@ -331,6 +331,9 @@ pub struct Settings {
     /// Whether sources are told which columns (and rows) the topology
     /// reads (`push_down = false` reads everything, e.g. to compare).
     pub push_down: bool,
+    /// Run as a member of a cluster (`[cluster]` or `--cluster`): keyed
+    /// edges go through Kafka exchange topics.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
 }
 
 impl Default for Settings {
@@ -342,6 +345,7 @@ impl Default for Settings {
             checkpoint_retain: 3,
             checkpoint_full_every: 10,
             push_down: true,
+            cluster: None,
         }
     }
 }

@@ -34,6 +34,7 @@ struct RawTopology {
     channel_capacity: Option<usize>,
     push_down: Option<bool>,
     checkpoint: Option<RawCheckpoint>,
+    cluster: Option<RawCluster>,
     #[serde(default)]
     sources: BTreeMap<String, RawNode>,
     #[serde(default)]
@@ -54,6 +55,22 @@ struct RawCheckpoint {
     retain: Option<usize>,
     /// Epochs per full state snapshot (the rest write only changes).
     full_every: Option<usize>,
+}
+
+/// The `[cluster]` table: run as a member of a cluster (`--cluster`
+/// overrides its `brokers`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    /// `kafka://host:port[,host:port…]`.
+    brokers: String,
+    /// Replication factor of the internal topics.
+    replication: Option<i32>,
+    /// Extra librdkafka settings for every client of the member.
+    #[serde(default)]
+    client: BTreeMap<String, String>,
+    /// Delete committed exchange records (default true).
+    trim: Option<bool>,
 }
 
 /// One `[sources.x]`, `[stages.x]` or `[sinks.x]` table. One struct for all
@@ -324,6 +341,23 @@ fn read_settings(raw: &RawTopology, map: &SourceMap, errors: &mut Vec<Diagnostic
             errors.push(map.at_key("channel_capacity", "must be at least 1"));
         } else {
             settings.channel_capacity = c;
+        }
+    }
+    if let Some(cluster) = &raw.cluster {
+        match crate::cluster::ClusterSettings::from_address(&cluster.brokers) {
+            Ok(mut c) => {
+                match cluster.replication {
+                    Some(r) if r < 1 => errors.push(map.at_key(
+                        "cluster.replication",
+                        "must be at least 1 (leave it out for the broker's default)",
+                    )),
+                    r => c.replication = r,
+                }
+                c.client = cluster.client.clone();
+                c.trim = cluster.trim.unwrap_or(true);
+                settings.cluster = Some(c);
+            }
+            Err(e) => errors.push(map.at_key("cluster.brokers", e.to_string())),
         }
     }
     if let Some(checkpoint) = &raw.checkpoint {

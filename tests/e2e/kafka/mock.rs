@@ -30,6 +30,16 @@ pub struct TrackedMock {
 impl TrackedMock {
     /// A one-broker cluster that tracks requests from the start.
     pub fn start() -> TrackedMock {
+        Self::start_with(true)
+    }
+
+    /// A one-broker cluster that keeps no record of requests (for tests
+    /// that move much data).
+    pub fn untracked() -> TrackedMock {
+        Self::start_with(false)
+    }
+
+    fn start_with(track: bool) -> TrackedMock {
         let client: BaseProducer = ClientConfig::new().create().expect("client");
         // SAFETY: the handle is valid and outlives the cluster (field order
         // and Drop below destroy the cluster first).
@@ -39,8 +49,10 @@ impl TrackedMock {
         let bootstraps = unsafe { CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(cluster)) }
             .to_string_lossy()
             .into_owned();
-        // SAFETY: valid cluster.
-        unsafe { rd::rd_kafka_mock_start_request_tracking(cluster) };
+        if track {
+            // SAFETY: valid cluster.
+            unsafe { rd::rd_kafka_mock_start_request_tracking(cluster) };
+        }
         TrackedMock {
             cluster,
             bootstraps,

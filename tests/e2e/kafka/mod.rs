@@ -4,7 +4,7 @@
 
 pub(crate) mod broker;
 mod example;
-mod mock;
+pub(crate) mod mock;
 mod sink;
 mod source;
 mod transactions;

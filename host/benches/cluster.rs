@@ -1,0 +1,235 @@
+//! The cost of running as a cluster member: the scale-out issue's stateful
+//! topology (seeded bids → SQL → keyed hopping window with
+//! `count(DISTINCT …)` → top-N, and a keyed Wasm step, `velocity-check`)
+//! in one plain process and as one member whose three keyed edges go
+//! through exchange topics on a local tansu (sqlite). Printed, never
+//! asserted: events/s, events per CPU-second of the process (the broker's
+//! CPU is not counted: it is another process), exchange bytes per event,
+//! and the time from a member's SIGKILL to the first row its restart
+//! commits (against librdkafka's mock cluster, held by this process:
+//! tansu 0.6 does not survive a producer's restarts, see the cluster
+//! tests). `cargo bench --workspace --bench cluster`
+//! (`FV_BENCH_EVENTS`, default 1,000,000; `FV_BENCH_REPEAT`, default 3).
+//! Needs tansu: `FVHOST_TANSU`, the CI's cache or the PATH.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fvhost::epoch::EpochStore;
+use fvhost::plugin::PluginEngine;
+use fvhost::runtime::{self, RunControl, StageMetrics};
+use fvhost::topology::Topology;
+
+#[path = "../../tests/e2e/kafka/broker.rs"]
+#[allow(dead_code)]
+mod broker;
+use broker::Broker;
+#[path = "../../tests/e2e/kafka/mock.rs"]
+#[allow(dead_code)]
+mod mock;
+use mock::TrackedMock;
+
+#[path = "../../tests/e2e/cluster_topology.rs"]
+mod cluster_topology;
+use cluster_topology::Sinks;
+
+/// The shared topology with 1 s checkpoints, `cluster` appended (a
+/// `[cluster]` table or nothing).
+fn topology(name: &str, events: u64, rate: u64, sinks: Sinks, cluster: &str) -> String {
+    format!(
+        "{}\n{cluster}\n",
+        cluster_topology::topology(name, events, rate, "1s", sinks)
+    )
+}
+
+struct Measured {
+    events_per_s: f64,
+    per_core: f64,
+    exchange_bytes_per_event: f64,
+}
+
+/// Best of `repeat` runs of `text` in process.
+fn rate(engine: &PluginEngine, dir: &Path, text: &str, repeat: usize) -> Measured {
+    let mut best = Measured {
+        events_per_s: 0.0,
+        per_core: 0.0,
+        exchange_bytes_per_event: 0.0,
+    };
+    for _ in 0..repeat {
+        let state = tempfile::tempdir().expect("state dir");
+        let topology =
+            Topology::parse(&dir.join("bench.toml"), text).unwrap_or_else(|d| panic!("{d}"));
+        let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
+        let metrics = StageMetrics::for_plan(&plan);
+        let store = EpochStore::open(&state.path().display().to_string()).expect("store");
+        let ((), wall, cpu) = common::measure(|| {
+            runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+        });
+        let events = StageMetrics::get(&metrics[0].rows_out) as f64;
+        let bytes: u64 = metrics
+            .iter()
+            .flat_map(|m| m.exchange_status())
+            .map(|e| e.bytes_out)
+            .sum();
+        best.events_per_s = best.events_per_s.max(events / wall.as_secs_f64());
+        best.per_core = best.per_core.max(events / cpu);
+        best.exchange_bytes_per_event = bytes as f64 / events;
+    }
+    best
+}
+
+/// Committed output files under `dir` (the file sink's part files).
+fn committed_files(dir: &Path) -> usize {
+    ["top", "alerts"]
+        .iter()
+        .map(|d| {
+            std::fs::read_dir(dir.join("out").join(d))
+                .map(|r| {
+                    r.flatten()
+                        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Start a member (the binary) in `dir`, SIGKILL it after `after`, start
+/// it again at once: the time from the kill to the first file its new
+/// generation commits.
+fn recovery(dir: &Path, cluster: &str, after: Duration) -> Duration {
+    let binary = env!("CARGO_BIN_EXE_fvhost");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache");
+    let start = || {
+        Command::new(binary)
+            .args(["run", "t.toml", "--no-progress", "--cluster", cluster])
+            .current_dir(dir)
+            .env("FVHOST_CACHE_DIR", &cache)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start fvhost")
+    };
+    let mut first = start();
+    std::thread::sleep(after);
+    first.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    let _ = first.wait();
+    let before = committed_files(dir);
+    let mut second = start();
+    while committed_files(dir) == before {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "the restarted member committed nothing within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = killed.elapsed();
+    let _ = second.kill();
+    let _ = second.wait();
+    took
+}
+
+fn main() {
+    if broker::tansu_binary().is_none() {
+        println!(
+            "cluster bench skipped: no tansu binary (FVHOST_TANSU, /var/tmp/fvhost-tools/bin or PATH)"
+        );
+        return;
+    }
+    let events: u64 = std::env::var("FV_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let repeat: usize = std::env::var("FV_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let engine = common::engine();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start();
+    let cluster = format!("kafka://{}", broker.addr());
+    println!(
+        "\nScale-out cost, {events} Nexmark events, the issue's stateful topology, tansu (sqlite) on 127.0.0.1, best of {repeat} (per core = events / CPU seconds of the fvhost process)\n"
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:>16} {:>10}",
+        "run", "events/s", "per core", "exchange B/event", "per core ×"
+    );
+    let plain = rate(
+        &engine,
+        dir.path(),
+        &topology("plain", events, 0, Sinks::Blackhole, ""),
+        repeat,
+    );
+    println!(
+        "{:<34} {:>12.0} {:>12.0} {:>16} {:>9.2}x",
+        "1 plain process", plain.events_per_s, plain.per_core, "-", 1.0
+    );
+    // A fresh topic set per repetition would measure topic creation; the
+    // topics are made once and each run starts at their end.
+    let member = rate(
+        &engine,
+        dir.path(),
+        &topology(
+            "member",
+            events,
+            0,
+            Sinks::Blackhole,
+            // tansu 0.6 panics on DeleteRecords: no trimming.
+            &format!("[cluster]\nbrokers = \"{cluster}\"\ntrim = false"),
+        ),
+        repeat,
+    );
+    println!(
+        "{:<34} {:>12.0} {:>12.0} {:>16.1} {:>9.2}x",
+        "1 member (keyed edges via Kafka)",
+        member.events_per_s,
+        member.per_core,
+        member.exchange_bytes_per_event,
+        member.per_core / plain.per_core
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:>16} {:>10}",
+        "3 members", "-", "-", "-", "not yet"
+    );
+    // Recovery: paced input (~10 s) so the member is mid-stream when killed.
+    let mock = TrackedMock::untracked();
+    let cluster = format!("kafka://{}", mock.brokers());
+    let mut times = Vec::new();
+    for round in 0..3 {
+        for edge in [
+            "cards.counts.1x2",
+            "cards.flagged.1x2",
+            "counts.busiest.2x1",
+        ] {
+            mock.create_topic(&format!("fv.recovery{round}.exchange.{edge}"), 2);
+        }
+        let run_dir = dir.path().join(format!("recovery-{round}"));
+        std::fs::create_dir_all(&run_dir).expect("mkdir");
+        let text = topology(
+            &format!("recovery{round}"),
+            200_000,
+            20_000,
+            Sinks::Files,
+            "",
+        );
+        std::fs::write(run_dir.join("t.toml"), text).expect("write topology");
+        times.push(recovery(&run_dir, &cluster, Duration::from_secs(4)));
+    }
+    times.sort();
+    println!(
+        "\nfrom a member's SIGKILL to the first row its restart commits (mock cluster, restart at once, 1 s checkpoints): {} (3 runs, median {:.2} s)",
+        times
+            .iter()
+            .map(|t| format!("{:.2} s", t.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        times[1].as_secs_f64()
+    );
+}

@@ -1,0 +1,758 @@
+//! [`Exchanges`]: the keyed edges of a cluster member's run as Kafka
+//! topics.
+//!
+//! A producing task writes straight to its partitions through an
+//! [`ExchangeWriter`] (the sending end of an edge, so operators do not know
+//! the difference); one [`ExchangeReader`] thread per partition reads it
+//! back, drops records of other generations, acknowledges every barrier's
+//! offset to the coordinator and feeds the consuming task's bounded
+//! channel. Backpressure holds end to end: a full channel stops its
+//! reader, whose client stops fetching once its small prefetch queue is
+//! full; a full producer queue makes the writer wait.
+//!
+//! This module never decides routing (the edge's key hashing does) and
+//! never touches state.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{SendError, Sender};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::ClusterSettings;
+use super::record::{HEADER, PartitionFilter, RecordHeader, Verdict};
+use crate::epoch::{Ack, Generation, Manifest, OnCommit};
+use crate::runtime::edge::EdgeSender;
+use crate::runtime::{Message, RunControl};
+
+/// A record larger than this is split into smaller batches (brokers
+/// refuse records over ~1 MiB by default).
+const MAX_RECORD_BYTES: usize = 900 * 1024;
+/// How long topic administration may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a reader waits for a record before it checks the run.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Why an exchange could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The broker did not create an internal topic.
+    #[error(
+        "the Kafka cluster at {brokers} refused to create the exchange topic `{topic}` ({partitions} partitions): {reason}; create it yourself with that many partitions, or grant this client the right to create topics"
+    )]
+    Create {
+        /// The brokers.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// Partitions it needs.
+        partitions: i32,
+        /// What the broker said.
+        reason: String,
+    },
+    /// The topic exists with another number of partitions.
+    #[error(
+        "the exchange topic `{topic}` exists with {found} partitions, this topology needs {needed}; delete the topic (it holds nothing a restart needs once its job is gone)"
+    )]
+    Layout {
+        /// The topic.
+        topic: String,
+        /// Partitions it has.
+        found: usize,
+        /// Partitions it needs.
+        needed: i32,
+    },
+    /// The name would be too long for Kafka.
+    #[error(
+        "the exchange topic name `{0}` is longer than Kafka's 249 characters; use shorter topology or stage names"
+    )]
+    Name(String),
+    /// A thread could not be started.
+    #[error("cannot start the exchange retention thread: {0}")]
+    Thread(std::io::Error),
+    /// A client could not be made or the cluster not reached.
+    #[error("the Kafka cluster at {brokers}: {what}: {source}")]
+    Client {
+        /// The brokers.
+        brokers: String,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: KafkaError,
+    },
+}
+
+/// Records and bytes through one exchange topic, as this member saw them.
+#[derive(Debug)]
+pub struct ExchangeMetrics {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    records_out: AtomicU64,
+    bytes_out: AtomicU64,
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    /// Records of other generations dropped on read.
+    dropped: AtomicU64,
+    /// Records written twice (a retried request), dropped on read.
+    duplicates: AtomicU64,
+}
+
+/// One exchange topic in the status record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExchangeStatus {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    /// Records written.
+    pub records_out: u64,
+    /// Bytes written (values and headers).
+    pub bytes_out: u64,
+    /// Records read of this generation.
+    pub records_in: u64,
+    /// Bytes read of this generation.
+    pub bytes_in: u64,
+    /// Records written, not yet read back (this member's view).
+    pub lag: u64,
+    /// Records of other generations dropped on read: a crashed
+    /// incarnation's uncommitted tail, or a fenced member's late writes.
+    pub dropped_other_generations: u64,
+    /// Records written twice by a retrying client, dropped on read.
+    pub duplicates_dropped: u64,
+}
+
+impl ExchangeMetrics {
+    /// The counters now.
+    pub fn status(&self) -> ExchangeStatus {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ExchangeStatus {
+            topic: self.topic.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            partitions: self.partitions,
+            generation: self.generation,
+            records_out: get(&self.records_out),
+            bytes_out: get(&self.bytes_out),
+            records_in: get(&self.records_in),
+            bytes_in: get(&self.bytes_in),
+            lag: get(&self.records_out).saturating_sub(get(&self.records_in)),
+            dropped_other_generations: get(&self.dropped),
+            duplicates_dropped: get(&self.duplicates),
+        }
+    }
+
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Fails the run on the first record the broker did not take.
+struct DeliveryGuard {
+    control: Arc<RunControl>,
+}
+
+impl ClientContext for DeliveryGuard {}
+
+impl ProducerContext for DeliveryGuard {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            self.control.fail(format!(
+                "exchange topic `{}` partition {}: a record was not delivered ({e}); the run stops and restarts from its last committed epoch",
+                m.topic(),
+                m.partition()
+            ));
+        }
+    }
+}
+
+/// The exchanges of one run: the member's producer, its generation and
+/// the readers still to start.
+pub struct Exchanges {
+    settings: ClusterSettings,
+    topology: String,
+    generation: Generation,
+    control: Arc<RunControl>,
+    producer: Arc<ThreadedProducer<DeliveryGuard>>,
+    readers: Vec<ExchangeReader>,
+    /// Where each partition's reader starts (the resumed manifest's
+    /// offsets).
+    resume: Option<Manifest>,
+}
+
+impl Exchanges {
+    /// The exchanges of a run of `topology` in `generation`, resuming
+    /// after `resume`.
+    pub fn new(
+        settings: &ClusterSettings,
+        topology: &str,
+        generation: Generation,
+        control: Arc<RunControl>,
+        resume: Option<Manifest>,
+    ) -> Result<Exchanges, ExchangeError> {
+        let mut config = settings.client_config();
+        config
+            // Ordered and without duplicates per partition, even when the
+            // client retries. Readers check the records' sequence numbers
+            // as well: a broker without idempotence (`[cluster] client`
+            // may turn it off) can only cause a gap, which fails the run
+            // (it restarts from its last committed epoch), or a duplicate,
+            // which is dropped.
+            .set("enable.idempotence", "true")
+            // Barriers must not wait long behind a half-full batch.
+            .set("linger.ms", "5")
+            .set("message.max.bytes", "2000000")
+            .set("queue.buffering.max.kbytes", "65536");
+        let producer = config
+            .create_with_context(DeliveryGuard {
+                control: Arc::clone(&control),
+            })
+            .map_err(|source| ExchangeError::Client {
+                brokers: settings.brokers.clone(),
+                what: "creating the exchange producer",
+                source,
+            })?;
+        Ok(Exchanges {
+            settings: settings.clone(),
+            topology: topology.to_string(),
+            generation,
+            control,
+            producer: Arc::new(producer),
+            readers: Vec::new(),
+            resume,
+        })
+    }
+
+    /// The generation this run writes and reads.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// The topic of the keyed edge `from` → `to` with `producers` ×
+    /// `consumers` tasks.
+    pub fn topic_name(
+        topology: &str,
+        from: &str,
+        to: &str,
+        producers: usize,
+        consumers: usize,
+    ) -> String {
+        format!("fv.{topology}.exchange.{from}.{to}.{producers}x{consumers}")
+    }
+
+    /// Make the edge `from` → `to` a topic (created if absent): its
+    /// metrics, and per (producer, consumer) pair the topic's partition.
+    pub fn edge(
+        &mut self,
+        from: &str,
+        to: &str,
+        producers: usize,
+        consumers: usize,
+    ) -> Result<ExchangeEdge, ExchangeError> {
+        let topic = Self::topic_name(&self.topology, from, to, producers, consumers);
+        if topic.len() > 249 {
+            return Err(ExchangeError::Name(topic));
+        }
+        let partitions = (producers * consumers) as i32;
+        self.ensure_topic(&topic, partitions)?;
+        Ok(ExchangeEdge {
+            metrics: Arc::new(ExchangeMetrics {
+                topic: topic.clone(),
+                from: from.to_string(),
+                to: to.to_string(),
+                partitions: partitions as u32,
+                generation: self.generation.number,
+                records_out: AtomicU64::new(0),
+                bytes_out: AtomicU64::new(0),
+                records_in: AtomicU64::new(0),
+                bytes_in: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                duplicates: AtomicU64::new(0),
+            }),
+            topic: Arc::from(topic.as_str()),
+            producers,
+        })
+    }
+
+    /// The sending end of partition (`producer`, `consumer`) of `edge`.
+    pub fn writer(&self, edge: &ExchangeEdge, producer: usize, consumer: usize) -> EdgeSender {
+        EdgeSender::exchange(ExchangeWriter {
+            producer: Arc::clone(&self.producer),
+            control: Arc::clone(&self.control),
+            topic: Arc::clone(&edge.topic),
+            partition: edge.partition(producer, consumer),
+            task: producer as u32,
+            generation: self.generation,
+            epoch: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            metrics: Arc::clone(&edge.metrics),
+        })
+    }
+
+    /// Read partition (`producer`, `consumer`) of `edge` into `out` once
+    /// the readers start.
+    pub fn reader(
+        &mut self,
+        edge: &ExchangeEdge,
+        producer: usize,
+        consumer: usize,
+        out: EdgeSender,
+    ) -> Result<(), ExchangeError> {
+        let partition = edge.partition(producer, consumer);
+        let resumed = self
+            .resume
+            .as_ref()
+            .and_then(|m| m.exchange_offset(&edge.topic, partition));
+        let mut config = self.settings.client_config();
+        config
+            .set("group.id", format!("fv.{}.exchange-readers", self.topology))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "10")
+            // A small prefetch: the channel behind it is the buffer.
+            .set("queued.max.messages.kbytes", "4096");
+        let consumer: BaseConsumer = config.create().map_err(|source| ExchangeError::Client {
+            brokers: self.settings.brokers.clone(),
+            what: "creating an exchange reader",
+            source,
+        })?;
+        // Resumed: just past the newest manifest's barrier. Otherwise at
+        // the partition's end as it is now, before any task of this
+        // generation runs: what lies before is another incarnation's (a
+        // store emptied by hand leaves its topics behind), never this one's.
+        let start = match resumed {
+            Some(offset) => offset,
+            None => {
+                consumer
+                    .fetch_watermarks(&edge.topic, partition, ADMIN_TIMEOUT)
+                    .map_err(|source| ExchangeError::Client {
+                        brokers: self.settings.brokers.clone(),
+                        what: "reading where an exchange partition ends",
+                        source,
+                    })?
+                    .1
+            }
+        };
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&edge.topic, partition, Offset::Offset(start))
+            .and_then(|()| consumer.assign(&assignment))
+            .map_err(|source| ExchangeError::Client {
+                brokers: self.settings.brokers.clone(),
+                what: "assigning an exchange partition",
+                source,
+            })?;
+        self.readers.push(ExchangeReader {
+            consumer,
+            topic: edge.topic.to_string(),
+            partition,
+            generation: self.generation,
+            out,
+            metrics: Arc::clone(&edge.metrics),
+            control: Arc::clone(&self.control),
+        });
+        Ok(())
+    }
+
+    /// What trims the exchange topics as epochs commit: records before
+    /// the offsets of the oldest of the newest `keep` manifests (the ones
+    /// a restart may resume from) are deleted, on a thread of its own so
+    /// that the coordinator never waits for the broker.
+    pub fn retention(&self, keep: usize) -> Result<OnCommit, ExchangeError> {
+        let admin: AdminClient<DefaultClientContext> = self
+            .settings
+            .client_config()
+            .create()
+            .map_err(|source| ExchangeError::Client {
+                brokers: self.settings.brokers.clone(),
+                what: "creating an admin client",
+                source,
+            })?;
+        // One deletion at a time; a commit that finds it busy skips (the
+        // next one covers its offsets).
+        let (tx, rx) = crossbeam_channel::bounded::<Offsets>(1);
+        std::thread::Builder::new()
+            .name("fv-exchange-retention".into())
+            .spawn(move || trim(&admin, &rx))
+            .map_err(ExchangeError::Thread)?;
+        let history = std::sync::Mutex::new(std::collections::VecDeque::<Offsets>::new());
+        Ok(Box::new(move |manifest: &Manifest| {
+            let mut history = history.lock().unwrap_or_else(|e| e.into_inner());
+            history.push_back(manifest.exchanges.clone());
+            while history.len() > keep.max(1) {
+                history.pop_front();
+            }
+            if history.len() == keep.max(1)
+                && let Some(oldest) = history.front()
+            {
+                let _ = tx.try_send(oldest.clone());
+            }
+        }))
+    }
+
+    /// The readers, to start on their own threads with the coordinator's
+    /// acknowledgement channel.
+    pub fn take_readers(&mut self) -> Vec<ExchangeReader> {
+        std::mem::take(&mut self.readers)
+    }
+
+    /// Create `topic` with `partitions` unless it exists; refuse one with
+    /// another layout.
+    fn ensure_topic(&self, topic: &str, partitions: i32) -> Result<(), ExchangeError> {
+        let client = |what, source| ExchangeError::Client {
+            brokers: self.settings.brokers.clone(),
+            what,
+            source,
+        };
+        let admin: AdminClient<DefaultClientContext> = self
+            .settings
+            .client_config()
+            .create()
+            .map_err(|e| client("creating an admin client", e))?;
+        let existing = |admin: &AdminClient<DefaultClientContext>| {
+            admin
+                .inner()
+                .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+                .map(|m| {
+                    m.topics()
+                        .iter()
+                        .find(|t| t.name() == topic && t.error().is_none())
+                        .map(|t| t.partitions().len())
+                        .filter(|n| *n > 0)
+                })
+                .map_err(|e| client("reading topic metadata", e))
+        };
+        let check = |found: usize| match found == partitions as usize {
+            true => Ok(()),
+            false => Err(ExchangeError::Layout {
+                topic: topic.to_string(),
+                found,
+                needed: partitions,
+            }),
+        };
+        if let Some(found) = existing(&admin)? {
+            return check(found);
+        }
+        let replication = TopicReplication::Fixed(self.settings.replication.unwrap_or(-1));
+        let new = NewTopic::new(topic, partitions, replication);
+        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let results = futures::executor::block_on(admin.create_topics([&new], &options))
+            .map_err(|e| client("creating topics", e))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => {
+                    return Err(ExchangeError::Create {
+                        brokers: self.settings.brokers.clone(),
+                        topic: topic.to_string(),
+                        partitions,
+                        reason: code.to_string(),
+                    });
+                }
+            }
+        }
+        // Metadata follows creation with a delay on some brokers.
+        for _ in 0..50 {
+            if let Some(found) = existing(&admin)? {
+                return check(found);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(ExchangeError::Create {
+            brokers: self.settings.brokers.clone(),
+            topic: topic.to_string(),
+            partitions,
+            reason: "the broker accepted it but does not list it".into(),
+        })
+    }
+}
+
+/// Exchange topic → partition → offset.
+type Offsets = std::collections::BTreeMap<String, std::collections::BTreeMap<i32, i64>>;
+
+/// Delete what lies before each offset received, until the sender goes.
+/// A broker that cannot (librdkafka's mock cluster, an ACL) is reported
+/// once: its topics then grow until their own retention.
+fn trim(admin: &AdminClient<DefaultClientContext>, offsets: &crossbeam_channel::Receiver<Offsets>) {
+    let mut warned = false;
+    for batch in offsets {
+        let mut list = TopicPartitionList::new();
+        for (topic, partitions) in &batch {
+            for (partition, offset) in partitions {
+                let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            }
+        }
+        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let failure = match futures::executor::block_on(admin.delete_records(&list, &options)) {
+            Err(e) => Some(e.to_string()),
+            Ok(result) => result.elements().iter().find_map(|e| {
+                e.error()
+                    .err()
+                    .map(|err| format!("{}/{}: {err}", e.topic(), e.partition()))
+            }),
+        };
+        match failure {
+            Some(why) if !warned => {
+                warned = true;
+                tracing::warn!(
+                    "the Kafka cluster did not delete committed exchange records ({why}); the exchange topics grow until their own retention removes them"
+                );
+            }
+            Some(_) => {}
+            None => tracing::debug!("exchange records before the retained epochs deleted"),
+        }
+    }
+}
+
+/// One keyed edge as a topic.
+pub struct ExchangeEdge {
+    topic: Arc<str>,
+    producers: usize,
+    /// Its counters.
+    pub metrics: Arc<ExchangeMetrics>,
+}
+
+impl ExchangeEdge {
+    /// The partition of (`producer`, `consumer`).
+    fn partition(&self, producer: usize, consumer: usize) -> i32 {
+        (consumer * self.producers + producer) as i32
+    }
+}
+
+/// The sending end of one exchange partition (one producing task).
+pub struct ExchangeWriter {
+    producer: Arc<ThreadedProducer<DeliveryGuard>>,
+    control: Arc<RunControl>,
+    topic: Arc<str>,
+    partition: i32,
+    task: u32,
+    generation: Generation,
+    /// The epoch the next record belongs to (the last barrier's + 1).
+    epoch: AtomicU64,
+    /// The last record's sequence number.
+    seq: AtomicU64,
+    metrics: Arc<ExchangeMetrics>,
+}
+
+impl std::fmt::Debug for ExchangeWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExchangeWriter({}/{})", self.topic, self.partition)
+    }
+}
+
+impl ExchangeWriter {
+    /// Write `message`, waiting while the producer's queue is full. Fails
+    /// (handing the message back) once the run has failed, e.g. because a
+    /// record was not delivered.
+    pub fn send(&self, message: Message) -> Result<(), SendError<Message>> {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let sent = match &message {
+            Message::Batch(batch, _) => self.send_batch(batch, &message, epoch),
+            _ => self.produce(&message, epoch, &[]),
+        };
+        if sent.is_err() {
+            return Err(SendError(message));
+        }
+        if let Message::Barrier(e) = message {
+            self.epoch.store(e + 1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A batch as one record, or several if it is too large for one.
+    fn send_batch(
+        &self,
+        batch: &arrow::array::RecordBatch,
+        message: &Message,
+        epoch: u64,
+    ) -> Result<(), ()> {
+        let bytes = crate::ipc::encode_batch(batch).map_err(|e| {
+            self.control.fail(format!(
+                "exchange topic `{}`: encoding a batch: {e}",
+                self.topic
+            ));
+        })?;
+        if bytes.len() > MAX_RECORD_BYTES && batch.num_rows() > 1 {
+            let half = batch.num_rows() / 2;
+            self.send_batch(&batch.slice(0, half), message, epoch)?;
+            return self.send_batch(&batch.slice(half, batch.num_rows() - half), message, epoch);
+        }
+        self.produce(message, epoch, &bytes)
+    }
+
+    /// One record of `message`, the partition's next.
+    fn produce(&self, message: &Message, epoch: u64, value: &[u8]) -> Result<(), ()> {
+        // One writer per partition: the sequence is this writer's alone.
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let header = RecordHeader::of(message, self.generation, self.task, epoch, seq);
+        let header_bytes = header.encode();
+        let mut record = BaseRecord::to(&self.topic)
+            .partition(self.partition)
+            .payload(value)
+            .headers(OwnedHeaders::new().insert(Header {
+                key: HEADER,
+                value: Some(&header_bytes[..]),
+            }));
+        loop {
+            if self.control.has_failed() {
+                return Err(());
+            }
+            match self.producer.send::<[u8], [u8]>(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => {
+                    self.control.fail(format!(
+                        "exchange topic `{}` partition {}: cannot write: {e}",
+                        self.topic, self.partition
+                    ));
+                    return Err(());
+                }
+            }
+        }
+        ExchangeMetrics::add(&self.metrics.records_out, 1);
+        ExchangeMetrics::add(
+            &self.metrics.bytes_out,
+            (value.len() + header_bytes.len()) as u64,
+        );
+        Ok(())
+    }
+}
+
+/// Reads one exchange partition into a consuming task's channel.
+pub struct ExchangeReader {
+    consumer: BaseConsumer,
+    topic: String,
+    partition: i32,
+    generation: Generation,
+    out: EdgeSender,
+    metrics: Arc<ExchangeMetrics>,
+    control: Arc<RunControl>,
+}
+
+impl ExchangeReader {
+    /// A name for its thread.
+    pub fn name(&self) -> String {
+        format!("{}[{}]", self.topic, self.partition)
+    }
+
+    /// Read until the partition's producer ends its stream, the consuming
+    /// task is gone, or the run fails. Each barrier's offset goes to `acks`.
+    pub fn run(self, acks: Sender<Ack>) {
+        if let Err(e) = self.read(&acks) {
+            self.control.fail(format!(
+                "exchange topic `{}` partition {}: {e}",
+                self.topic, self.partition
+            ));
+        }
+        let dropped = self.metrics.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::info!(
+                topic = %self.topic,
+                partition = self.partition,
+                "dropped {dropped} record(s) of other generations (an earlier incarnation's uncommitted tail)"
+            );
+        }
+    }
+
+    fn read(&self, acks: &Sender<Ack>) -> Result<(), String> {
+        let mut filter = PartitionFilter::new(self.generation);
+        loop {
+            if self.control.has_failed() {
+                return Ok(());
+            }
+            let record = match self.consumer.poll(POLL) {
+                None => continue,
+                Some(Err(e)) => {
+                    // The client retries transient broker errors itself.
+                    tracing::debug!(topic = %self.topic, "exchange read: {e}");
+                    continue;
+                }
+                Some(Ok(r)) => r,
+            };
+            let offset = record.offset();
+            let at = |e: &dyn std::fmt::Display| format!("the record at offset {offset}: {e}");
+            let header = record
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == HEADER).and_then(|h| h.value))
+                .ok_or_else(|| at(&super::record::RecordError::Header))
+                .and_then(|b| RecordHeader::decode(b).map_err(|e| at(&e)))?;
+            match filter.judge(&header) {
+                Verdict::Deliver => {}
+                Verdict::OtherGeneration => {
+                    ExchangeMetrics::add(&self.metrics.dropped, 1);
+                    continue;
+                }
+                Verdict::Duplicate => {
+                    ExchangeMetrics::add(&self.metrics.duplicates, 1);
+                    continue;
+                }
+                Verdict::Replaced { newer } => {
+                    return Err(format!(
+                        "generation {newer} of this job writes here, and this member runs generation {}: it was replaced (paused or cut off past its session?), so it stops",
+                        self.generation.number
+                    ));
+                }
+                Verdict::Gap { last } => {
+                    return Err(format!(
+                        "record {} of generation {} follows record {last}: records are missing (deleted?), so no epoch can complete",
+                        header.seq, self.generation.number
+                    ));
+                }
+            }
+            let value = record.payload().unwrap_or_default();
+            ExchangeMetrics::add(&self.metrics.records_in, 1);
+            ExchangeMetrics::add(
+                &self.metrics.bytes_in,
+                (value.len() + super::record::HEADER_LEN) as u64,
+            );
+            let message = match header.control() {
+                Some(m) => m,
+                None => {
+                    let batch = crate::ipc::decode_batch(value.to_vec()).map_err(|e| at(&e))?;
+                    Message::Batch(batch, header.read_at())
+                }
+            };
+            if let Message::Barrier(epoch) = message {
+                let _ = acks.send(Ack::Exchange {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    epoch,
+                    offset: offset + 1,
+                });
+            }
+            let end = matches!(message, Message::EndOfStream);
+            if self.out.send(message).is_err() || end {
+                // The consuming task is gone, or the stream ended.
+                return Ok(());
+            }
+        }
+    }
+}

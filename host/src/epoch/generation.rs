@@ -1,0 +1,141 @@
+//! [`Generation`]: which incarnation of a job wrote a record.
+//!
+//! Every start of a cluster member's job (the first one, a restart after a
+//! crash, and later every membership change) is a new generation. It is
+//! claimed in the epoch store with a create-if-absent put of
+//! `cluster/generations/generation-<n>.json`, so two claims never get the
+//! same number, and it carries a random nonce, so that a number reused
+//! after the store was emptied (`--from-scratch` keeps this prefix, but a
+//! user may delete it) still never matches records an older incarnation
+//! left in an exchange topic. Readers accept only records of their own
+//! generation: that drops what a crashed run wrote after its last
+//! committed epoch, and fences a paused member ("zombie") that wakes up.
+//!
+//! This module only claims numbers; it never reads or writes exchange
+//! records or checkpoints.
+
+use serde::{Deserialize, Serialize};
+
+use super::{EpochError, EpochStore};
+
+/// Where generation claims live, under the store's root. Never cleared by
+/// `--from-scratch`: numbers only ever grow.
+const GENERATIONS: &str = "cluster/generations";
+
+/// One incarnation of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generation {
+    /// Claimed in order: a newer incarnation has a larger number.
+    pub number: u64,
+    /// Random: tells two incarnations apart even if numbers repeat.
+    pub nonce: u64,
+}
+
+/// What a claim records, for people reading the store.
+#[derive(Debug, Serialize, Deserialize)]
+struct Claim {
+    generation: Generation,
+    /// `pid <pid> on <host>` of the member that claimed it.
+    member: String,
+    /// Unix seconds.
+    claimed_at: u64,
+}
+
+impl Generation {
+    /// Claim the next generation in `store` for this process: one more
+    /// than the newest claimed, created only if absent (of two members
+    /// racing for a number, one gets it and the other the next).
+    pub fn claim(store: &EpochStore) -> Result<Generation, EpochError> {
+        let member = format!(
+            "pid {} on {}",
+            std::process::id(),
+            super::lease::host_name()
+        );
+        let mut number = Self::newest(store)?.map_or(1, |n| n + 1);
+        loop {
+            let generation = Generation {
+                number,
+                nonce: nonce(),
+            };
+            let claim = Claim {
+                generation,
+                member: member.clone(),
+                claimed_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            };
+            let bytes = serde_json::to_vec_pretty(&claim)
+                .map_err(|source| EpochError::Encode { epoch: 0, source })?;
+            if store.create_if_absent(&Self::key(number), bytes)?.is_some() {
+                return Ok(generation);
+            }
+            number += 1;
+        }
+    }
+
+    /// The newest generation number claimed in `store`, if any.
+    pub fn newest(store: &EpochStore) -> Result<Option<u64>, EpochError> {
+        let (objects, _) = store.list(GENERATIONS)?;
+        Ok(objects
+            .iter()
+            .filter_map(|k| {
+                k.rsplit('/')
+                    .next()?
+                    .strip_prefix("generation-")?
+                    .strip_suffix(".json")?
+                    .parse()
+                    .ok()
+            })
+            .max())
+    }
+
+    fn key(number: u64) -> String {
+        format!("{GENERATIONS}/generation-{number:020}.json")
+    }
+}
+
+/// A number no other process draws: std's per-process random hash keys,
+/// mixed with the time and the pid (no new dependency for 64 random bits).
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_numbered_in_order_and_survive_from_scratch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("store");
+        assert_eq!(Generation::newest(&store).expect("list"), None);
+        let a = Generation::claim(&store).expect("claim");
+        let b = Generation::claim(&store).expect("claim");
+        assert_eq!((a.number, b.number), (1, 2));
+        assert_ne!(a.nonce, b.nonce, "nonces tell incarnations apart");
+        store.clear().expect("clear");
+        let c = Generation::claim(&store).expect("claim");
+        assert_eq!(c.number, 3, "--from-scratch never reuses a number");
+        // A claim someone else made first is skipped, not overwritten.
+        store
+            .create_if_absent(&Generation::key(4), b"{}".to_vec())
+            .expect("put");
+        assert_eq!(Generation::claim(&store).expect("claim").number, 5);
+    }
+}

@@ -1,0 +1,70 @@
+//! The scale-out issue's stateful topology, shared by the cluster tests
+//! and the cluster bench (`#[path]`), so both measure the same thing.
+
+/// Where the two sinks write.
+#[derive(Clone, Copy)]
+pub enum Sinks {
+    /// JSON-lines files under `out/top` and `out/alerts`.
+    Files,
+    /// Nowhere (`blackhole-sink`).
+    Blackhole,
+}
+
+/// Seeded bids (`events`, paced at `rate`/s, 0 = unpaced) → SQL → a keyed
+/// hopping window with `count(DISTINCT …)` → top-N per window → sink
+/// `top`, and beside it a keyed Wasm step (`velocity-check`) → sink
+/// `alerts`. Three keyed edges (one per stateful stage), each with two
+/// consuming tasks; checkpoints every `interval`.
+pub fn topology(name: &str, events: u64, rate: u64, interval: &str, sinks: Sinks) -> String {
+    let sink = |sink: &str| match sinks {
+        Sinks::Files => format!(
+            "plugin = \"file-sink\"\nallow_write = [\"out\"]\nconfig = {{ path = \"out/{sink}\", format = \"jsonl\" }}"
+        ),
+        Sinks::Blackhole => "plugin = \"blackhole-sink\"".to_string(),
+    };
+    let (top, alerts) = (sink("top"), sink("alerts"));
+    format!(
+        r#"
+name = "{name}"
+
+[checkpoint]
+interval = "{interval}"
+
+[sources.bids]
+plugin = "generator"
+config = {{ stream = "bid", events = {events}, rate = {rate}, seed = 11 }}
+watermark = {{ column = "date_time" }}
+
+[stages.cards]
+input = "bids"
+sql = "SELECT auction, bidder, CAST(bidder % 50 AS VARCHAR) AS card, price, date_time FROM bids WHERE price > 500"
+
+[stages.counts]
+input = "cards"
+window = {{ time = "date_time", size = "10s", slide = "2s" }}
+key = ["auction"]
+aggregates = ["count(*) AS bids", "count(DISTINCT bidder) AS bidders"]
+parallelism = 2
+
+[stages.busiest]
+input = "counts"
+window = {{ time = "window_end", size = "2s" }}
+top_n = {{ n = 3, order_by = ["bidders DESC", "bids DESC", "auction"] }}
+
+[stages.flagged]
+input = "cards"
+plugin = "velocity-check"
+key = ["card"]
+config = {{ key_column = "card", time = "date_time", within = "2s", max_events = 6 }}
+parallelism = 2
+
+[sinks.top]
+input = "busiest"
+{top}
+
+[sinks.alerts]
+input = "flagged"
+{alerts}
+"#
+    )
+}
