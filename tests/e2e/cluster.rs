@@ -11,7 +11,9 @@
 use crate::cluster_topology::{self, Sinks};
 use crate::kafka::broker::Broker;
 use crate::kafka::mock::TrackedMock;
-use crate::support::{Scratch, assert_exit, crash_seed, kill_at_random_moments, next_random};
+use crate::support::{
+    Scratch, assert_exit, crash_seed, kill_at_random_moments, next_random, test_step_wasm,
+};
 
 /// The shared topology with file sinks and 300 ms checkpoints.
 fn topology(name: &str, events: u64, rate: u64) -> String {
@@ -144,6 +146,64 @@ fn a_member_killed_at_random_moments_and_restarted_writes_what_one_plain_process
     assert!(
         dropped_after_a_kill > 0,
         "some restart dropped records of a killed generation"
+    );
+}
+
+/// A slow consumer behind a keyed edge: bids (unpaced, small batches) →
+/// SQL → `velocity-check` keyed by card (the shared stages) → a step that sleeps 2 ms per
+/// batch → files.
+fn slow_consumer(name: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
+batch_size = 256
+
+[sources.bids]
+plugin = "generator"
+config = {{ stream = "bid", events = 600000, seed = 11 }}
+watermark = {{ column = "date_time" }}
+
+{cards_and_flagged}
+
+[stages.slow]
+input = "flagged"
+path = "{wasm}"
+config = {{ mode = "slow", value = 2 }}
+
+[sinks.alerts]
+input = "slow"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out/alerts", format = "jsonl" }}
+"#,
+        wasm = test_step_wasm().display(),
+        cards_and_flagged = cluster_topology::CARDS_AND_FLAGGED,
+    )
+}
+
+/// The producer outruns the slow consumer by far; the topic must hold no
+/// more than a bounded backlog. (The mock cluster keeps 5 MB per
+/// partition: a reader further behind finds records gone and the run
+/// fails on the gap, which is what happened before writers waited.)
+#[test]
+fn a_slow_consumer_slows_its_producer_through_the_exchange() {
+    let plain = Scratch::new();
+    plain.write("t.toml", &slow_consumer("plain"));
+    assert_exit(&plain.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let alerts = plain.output_lines("out/alerts");
+    let broker = TrackedMock::untracked();
+    let s = Scratch::new();
+    broker.create_topic("fv.backlog.exchange.cards.flagged.1x2", 2);
+    s.write("t.toml", &slow_consumer("backlog"));
+    let cluster = format!("kafka://{}", broker.brokers());
+    let run = s.fvhost(&["run", "t.toml", "--no-progress", "--cluster", &cluster]);
+    assert_exit(&run, 0);
+    assert_eq!(s.output_lines("out/alerts"), alerts);
+    let exchange = &exchanges(&s, "backlog")[0];
+    let per_partition = exchange["bytes_out"].as_u64().unwrap_or(0) / 2;
+    assert!(
+        per_partition > 10_000_000,
+        "each partition carried more ({per_partition} bytes) than the mock keeps at once: {exchange}"
     );
 }
 

@@ -1,6 +1,21 @@
 //! The scale-out issue's stateful topology, shared by the cluster tests
 //! and the cluster bench (`#[path]`), so both measure the same thing.
 
+/// Bids → `cards` (SQL: a string card per bidder) → `flagged` (the keyed
+/// Wasm step `velocity-check`, keyed by card, two tasks).
+pub const CARDS_AND_FLAGGED: &str = r#"
+[stages.cards]
+input = "bids"
+sql = "SELECT auction, bidder, CAST(bidder % 50 AS VARCHAR) AS card, price, date_time FROM bids WHERE price > 500"
+
+[stages.flagged]
+input = "cards"
+plugin = "velocity-check"
+key = ["card"]
+config = { key_column = "card", time = "date_time", within = "2s", max_events = 6 }
+parallelism = 2
+"#;
+
 /// Where the two sinks write.
 #[derive(Clone, Copy)]
 pub enum Sinks {
@@ -35,9 +50,7 @@ plugin = "generator"
 config = {{ stream = "bid", events = {events}, rate = {rate}, seed = 11 }}
 watermark = {{ column = "date_time" }}
 
-[stages.cards]
-input = "bids"
-sql = "SELECT auction, bidder, CAST(bidder % 50 AS VARCHAR) AS card, price, date_time FROM bids WHERE price > 500"
+{CARDS_AND_FLAGGED}
 
 [stages.counts]
 input = "cards"
@@ -50,13 +63,6 @@ parallelism = 2
 input = "counts"
 window = {{ time = "window_end", size = "2s" }}
 top_n = {{ n = 3, order_by = ["bidders DESC", "bids DESC", "auction"] }}
-
-[stages.flagged]
-input = "cards"
-plugin = "velocity-check"
-key = ["card"]
-config = {{ key_column = "card", time = "date_time", within = "2s", max_events = 6 }}
-parallelism = 2
 
 [sinks.top]
 input = "busiest"

@@ -8,7 +8,10 @@
 //! offset to the coordinator and feeds the consuming task's bounded
 //! channel. Backpressure holds end to end: a full channel stops its
 //! reader, whose client stops fetching once its small prefetch queue is
-//! full; a full producer queue makes the writer wait.
+//! full; a writer waits while its partition holds 4 MiB it wrote and its
+//! reader has not read (both ends in this member), and while the
+//! producer's queue is full. So a slow consumer slows its producers, as
+//! in memory, instead of growing the topic.
 //!
 //! This module never decides routing (the edge's key hashing does) and
 //! never touches state.
@@ -40,6 +43,26 @@ const MAX_RECORD_BYTES: usize = 900 * 1024;
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a reader waits for a record before it checks the run.
 const POLL: Duration = Duration::from_millis(100);
+/// Bytes a partition may hold written and not yet read back before its
+/// writer waits (when both ends run in this member): the topic is a
+/// bounded edge, as a channel is, not a buffer that grows while a
+/// consumer is slow.
+const MAX_BACKLOG_BYTES: u64 = 4 << 20;
+
+/// Bytes written to one partition and read back from it by this member.
+#[derive(Debug, Default)]
+struct Backlog {
+    written: AtomicU64,
+    read: AtomicU64,
+}
+
+impl Backlog {
+    fn waiting(&self) -> u64 {
+        self.written
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.read.load(Ordering::Relaxed))
+    }
+}
 
 /// Why an exchange could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -294,6 +317,7 @@ impl Exchanges {
             }),
             topic: Arc::from(topic.as_str()),
             producers,
+            backlogs: (0..partitions).map(|_| Arc::default()).collect(),
         })
     }
 
@@ -309,6 +333,7 @@ impl Exchanges {
             epoch: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             metrics: Arc::clone(&edge.metrics),
+            backlog: edge.backlog(edge.partition(producer, consumer)),
         })
     }
 
@@ -375,6 +400,7 @@ impl Exchanges {
             out,
             metrics: Arc::clone(&edge.metrics),
             control: Arc::clone(&self.control),
+            backlog: edge.backlog(partition),
         });
         Ok(())
     }
@@ -533,6 +559,8 @@ fn trim(admin: &AdminClient<DefaultClientContext>, offsets: &crossbeam_channel::
 pub struct ExchangeEdge {
     topic: Arc<str>,
     producers: usize,
+    /// Per partition, what waits in it.
+    backlogs: Vec<Arc<Backlog>>,
     /// Its counters.
     pub metrics: Arc<ExchangeMetrics>,
 }
@@ -541,6 +569,12 @@ impl ExchangeEdge {
     /// The partition of (`producer`, `consumer`).
     fn partition(&self, producer: usize, consumer: usize) -> i32 {
         (consumer * self.producers + producer) as i32
+    }
+
+    /// What waits in `partition`.
+    fn backlog(&self, partition: i32) -> Arc<Backlog> {
+        let i = usize::try_from(partition).unwrap_or(usize::MAX);
+        self.backlogs.get(i).cloned().unwrap_or_default()
     }
 }
 
@@ -557,6 +591,7 @@ pub struct ExchangeWriter {
     /// The last record's sequence number.
     seq: AtomicU64,
     metrics: Arc<ExchangeMetrics>,
+    backlog: Arc<Backlog>,
 }
 
 impl std::fmt::Debug for ExchangeWriter {
@@ -607,6 +642,13 @@ impl ExchangeWriter {
 
     /// One record of `message`, the partition's next.
     fn produce(&self, message: &Message, epoch: u64, value: &[u8]) -> Result<(), ()> {
+        // Backpressure: wait while the partition holds enough unread.
+        while self.backlog.waiting() > MAX_BACKLOG_BYTES {
+            if self.control.has_failed() {
+                return Err(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // One writer per partition: the sequence is this writer's alone.
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let header = RecordHeader::of(message, self.generation, self.task, epoch, seq);
@@ -637,11 +679,10 @@ impl ExchangeWriter {
                 }
             }
         }
+        let bytes = (value.len() + header_bytes.len()) as u64;
         ExchangeMetrics::add(&self.metrics.records_out, 1);
-        ExchangeMetrics::add(
-            &self.metrics.bytes_out,
-            (value.len() + header_bytes.len()) as u64,
-        );
+        ExchangeMetrics::add(&self.metrics.bytes_out, bytes);
+        ExchangeMetrics::add(&self.backlog.written, bytes);
         Ok(())
     }
 }
@@ -655,6 +696,7 @@ pub struct ExchangeReader {
     out: EdgeSender,
     metrics: Arc<ExchangeMetrics>,
     control: Arc<RunControl>,
+    backlog: Arc<Backlog>,
 }
 
 impl ExchangeReader {
@@ -728,11 +770,10 @@ impl ExchangeReader {
                 }
             }
             let value = record.payload().unwrap_or_default();
+            let bytes = (value.len() + super::record::HEADER_LEN) as u64;
+            ExchangeMetrics::add(&self.backlog.read, bytes);
             ExchangeMetrics::add(&self.metrics.records_in, 1);
-            ExchangeMetrics::add(
-                &self.metrics.bytes_in,
-                (value.len() + super::record::HEADER_LEN) as u64,
-            );
+            ExchangeMetrics::add(&self.metrics.bytes_in, bytes);
             let message = match header.control() {
                 Some(m) => m,
                 None => {
