@@ -418,14 +418,24 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let location = epoch_store.unwrap_or_else(|| state_dir.display().to_string());
             let store = EpochStore::open(&location)?;
+            let group = plan
+                .topology
+                .settings
+                .cluster
+                .clone()
+                .filter(|c| c.placement == fvhost::cluster::Placement::Group);
             // One run per epoch store too, when it is not the state
             // directory: a lock for a local one, a lease in an object store.
-            let (_store_lock, _lease) = match hold_store(&store, &state_dir, lease_ttl) {
-                Ok(held) => held,
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    return Ok(ExitCode::from(EXIT_RUNTIME));
-                }
+            // The members of a group share it (generations fence them).
+            let (_store_lock, _lease) = match group {
+                Some(_) => (None, None),
+                None => match hold_store(&store, &state_dir, lease_ttl) {
+                    Ok(held) => held,
+                    Err(message) => {
+                        eprintln!("error: {message}");
+                        return Ok(ExitCode::from(EXIT_RUNTIME));
+                    }
+                },
             };
             if from_scratch {
                 store.clear()?;
@@ -443,7 +453,37 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Duration::from_secs(2),
             );
             tracing::info!(topology = %plan.topology.name, "running");
-            let result = runtime::run(plan, control, &metrics, store);
+            let result = match group {
+                Some(cluster) => {
+                    let job = fvhost::cluster::member::MemberJob::of(&plan, &cluster);
+                    let mut first = Some(plan);
+                    fvhost::cluster::member::run_as_member(
+                        &job,
+                        &store,
+                        &control,
+                        |member, run_control| {
+                            // Each generation plans afresh: a run consumes
+                            // its plugin instances.
+                            let plan = match first.take() {
+                                Some(plan) => plan,
+                                None => load_and_plan(&topology, &engine, &plugins)
+                                    .map_err(|_| {
+                                        runtime::RunError::Task(format!(
+                                            "planning {} again for the next generation failed",
+                                            topology.display()
+                                        ))
+                                    })
+                                    .map(|mut p| {
+                                        p.topology.settings.cluster = Some(cluster.clone());
+                                        p
+                                    })?,
+                            };
+                            runtime::run_member(plan, run_control, &metrics, store.clone(), member)
+                        },
+                    )
+                }
+                None => runtime::run(plan, control, &metrics, store),
+            };
             display.finish();
             match &result {
                 Ok(_) => heartbeat.finish(RunState::Stopped, None),
@@ -482,7 +522,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e @ runtime::RunError::Incompatible { .. }) => {
+                Err(
+                    e @ (runtime::RunError::Incompatible { .. } | runtime::RunError::Refused(_)),
+                ) => {
                     // Nothing ran: the checkpoint does not fit this topology.
                     eprintln!("error: {e}");
                     Ok(ExitCode::from(EXIT_CONFIG))
@@ -741,11 +783,12 @@ fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {
     .context("installing the Ctrl-C handler")
 }
 
-/// Parse `--lease-ttl` (`30s`, `2m`, `500ms`; at least one second).
+/// Parse `--cluster` (`kafka://host:port[,host:port…]`).
 fn parse_cluster(text: &str) -> Result<fvhost::cluster::ClusterSettings, String> {
     fvhost::cluster::ClusterSettings::from_address(text).map_err(|e| e.to_string())
 }
 
+/// Parse `--lease-ttl` (`30s`, `2m`, `500ms`; at least one second).
 fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
     let ttl = fvhost::topology::parse_duration(text)?;
     if ttl < Duration::from_secs(1) {

@@ -9,6 +9,7 @@ mod support;
 mod bad_input;
 mod cli;
 mod cluster;
+mod cluster_members;
 // Shared with the cluster bench, which uses the parts the tests do not.
 #[allow(dead_code)]
 mod cluster_topology;

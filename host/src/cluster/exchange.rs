@@ -34,6 +34,7 @@ use super::ClusterSettings;
 use super::record::{HEADER, PartitionFilter, RecordHeader, Verdict};
 use crate::epoch::{Ack, Generation, Manifest, OnCommit};
 use crate::runtime::edge::EdgeSender;
+use crate::runtime::metrics::StageMetrics;
 use crate::runtime::{Message, RunControl};
 
 /// A record larger than this is split into smaller batches (brokers
@@ -185,10 +186,6 @@ impl ExchangeMetrics {
             duplicates_dropped: get(&self.duplicates),
         }
     }
-
-    fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
 }
 
 /// Fails the run on the first record the broker did not take.
@@ -224,6 +221,10 @@ pub struct Exchanges {
     /// Where each partition's reader starts (the resumed manifest's
     /// offsets).
     resume: Option<Manifest>,
+    /// Where each partition's reader starts, as a round of several
+    /// members decided (overrides `resume`).
+    starts: Option<Offsets>,
+    admin: TopicAdmin,
 }
 
 impl Exchanges {
@@ -253,12 +254,10 @@ impl Exchanges {
             .create_with_context(DeliveryGuard {
                 control: Arc::clone(&control),
             })
-            .map_err(|source| ExchangeError::Client {
-                brokers: settings.brokers.clone(),
-                what: "creating the exchange producer",
-                source,
-            })?;
+            .map_err(|source| settings.client_error("creating the exchange producer", source))?;
         Ok(Exchanges {
+            admin: TopicAdmin::new(settings)?,
+            starts: None,
             settings: settings.clone(),
             topology: topology.to_string(),
             generation,
@@ -267,6 +266,12 @@ impl Exchanges {
             readers: Vec::new(),
             resume,
         })
+    }
+
+    /// Start every reader where a round of several members decided.
+    pub fn starting_at(mut self, starts: Offsets) -> Exchanges {
+        self.starts = Some(starts);
+        self
     }
 
     /// The generation this run writes and reads.
@@ -300,7 +305,7 @@ impl Exchanges {
             return Err(ExchangeError::Name(topic));
         }
         let partitions = (producers * consumers) as i32;
-        self.ensure_topic(&topic, partitions)?;
+        self.admin.ensure(&topic, partitions)?;
         Ok(ExchangeEdge {
             metrics: Arc::new(ExchangeMetrics {
                 topic: topic.clone(),
@@ -321,19 +326,28 @@ impl Exchanges {
         })
     }
 
-    /// The sending end of partition (`producer`, `consumer`) of `edge`.
-    pub fn writer(&self, edge: &ExchangeEdge, producer: usize, consumer: usize) -> EdgeSender {
+    /// The sending end of partition (`producer`, `consumer`) of `edge`;
+    /// `bounded` when this member reads the partition too (the writer
+    /// then waits while its reader lags, see [`MAX_BACKLOG_BYTES`]).
+    pub fn writer(
+        &self,
+        edge: &ExchangeEdge,
+        producer: usize,
+        consumer: usize,
+        bounded: bool,
+    ) -> EdgeSender {
+        let partition = edge.partition(producer, consumer);
         EdgeSender::exchange(ExchangeWriter {
             producer: Arc::clone(&self.producer),
             control: Arc::clone(&self.control),
             topic: Arc::clone(&edge.topic),
-            partition: edge.partition(producer, consumer),
+            partition,
             task: producer as u32,
             generation: self.generation,
             epoch: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             metrics: Arc::clone(&edge.metrics),
-            backlog: edge.backlog(edge.partition(producer, consumer)),
+            backlog: bounded.then(|| edge.backlog(partition)),
         })
     }
 
@@ -347,10 +361,16 @@ impl Exchanges {
         out: EdgeSender,
     ) -> Result<(), ExchangeError> {
         let partition = edge.partition(producer, consumer);
-        let resumed = self
-            .resume
-            .as_ref()
-            .and_then(|m| m.exchange_offset(&edge.topic, partition));
+        let resumed = match &self.starts {
+            Some(starts) => starts
+                .get(&*edge.topic)
+                .and_then(|p| p.get(&partition))
+                .copied(),
+            None => self
+                .resume
+                .as_ref()
+                .and_then(|m| m.exchange_offset(&edge.topic, partition)),
+        };
         let mut config = self.settings.client_config();
         config
             .set("group.id", format!("fv.{}.exchange-readers", self.topology))
@@ -361,10 +381,9 @@ impl Exchanges {
             .set("fetch.wait.max.ms", "10")
             // A small prefetch: the channel behind it is the buffer.
             .set("queued.max.messages.kbytes", "4096");
-        let consumer: BaseConsumer = config.create().map_err(|source| ExchangeError::Client {
-            brokers: self.settings.brokers.clone(),
-            what: "creating an exchange reader",
-            source,
+        let consumer: BaseConsumer = config.create().map_err(|source| {
+            self.settings
+                .client_error("creating an exchange reader", source)
         })?;
         // Resumed: just past the newest manifest's barrier. Otherwise at
         // the partition's end as it is now, before any task of this
@@ -375,10 +394,9 @@ impl Exchanges {
             None => {
                 consumer
                     .fetch_watermarks(&edge.topic, partition, ADMIN_TIMEOUT)
-                    .map_err(|source| ExchangeError::Client {
-                        brokers: self.settings.brokers.clone(),
-                        what: "reading where an exchange partition ends",
-                        source,
+                    .map_err(|source| {
+                        self.settings
+                            .client_error("reading where an exchange partition ends", source)
                     })?
                     .1
             }
@@ -387,10 +405,9 @@ impl Exchanges {
         assignment
             .add_partition_offset(&edge.topic, partition, Offset::Offset(start))
             .and_then(|()| consumer.assign(&assignment))
-            .map_err(|source| ExchangeError::Client {
-                brokers: self.settings.brokers.clone(),
-                what: "assigning an exchange partition",
-                source,
+            .map_err(|source| {
+                self.settings
+                    .client_error("assigning an exchange partition", source)
             })?;
         self.readers.push(ExchangeReader {
             consumer,
@@ -405,20 +422,16 @@ impl Exchanges {
         Ok(())
     }
 
-    /// What trims the exchange topics as epochs commit: records before
-    /// the offsets of the oldest of the newest `keep` manifests (the ones
-    /// a restart may resume from) are deleted, on a thread of its own so
-    /// that the coordinator never waits for the broker.
-    pub fn retention(&self, keep: usize) -> Result<OnCommit, ExchangeError> {
-        let admin: AdminClient<DefaultClientContext> = self
-            .settings
-            .client_config()
-            .create()
-            .map_err(|source| ExchangeError::Client {
-                brokers: self.settings.brokers.clone(),
-                what: "creating an admin client",
-                source,
-            })?;
+    /// What trims the exchange topics as epochs commit (unless `[cluster]
+    /// trim = false`): records before the offsets of the oldest of the
+    /// newest `keep` manifests (the ones a restart may resume from) are
+    /// deleted, on a thread of its own so that the coordinator never waits
+    /// for the broker.
+    pub fn retention(&self, keep: usize) -> Result<Option<OnCommit>, ExchangeError> {
+        if !self.settings.trim {
+            return Ok(None);
+        }
+        let admin = Arc::clone(&self.admin.admin);
         // One deletion at a time; a commit that finds it busy skips (the
         // next one covers its offsets).
         let (tx, rx) = crossbeam_channel::bounded::<Offsets>(1);
@@ -427,7 +440,7 @@ impl Exchanges {
             .spawn(move || trim(&admin, &rx))
             .map_err(ExchangeError::Thread)?;
         let history = std::sync::Mutex::new(std::collections::VecDeque::<Offsets>::new());
-        Ok(Box::new(move |manifest: &Manifest| {
+        Ok(Some(Box::new(move |manifest: &Manifest| {
             let mut history = history.lock().unwrap_or_else(|e| e.into_inner());
             history.push_back(manifest.exchanges.clone());
             while history.len() > keep.max(1) {
@@ -438,7 +451,7 @@ impl Exchanges {
             {
                 let _ = tx.try_send(oldest.clone());
             }
-        }))
+        })))
     }
 
     /// The readers, to start on their own threads with the coordinator's
@@ -446,20 +459,52 @@ impl Exchanges {
     pub fn take_readers(&mut self) -> Vec<ExchangeReader> {
         std::mem::take(&mut self.readers)
     }
+}
+
+/// One admin client of a member, for its internal topics.
+pub struct TopicAdmin {
+    settings: ClusterSettings,
+    admin: Arc<AdminClient<DefaultClientContext>>,
+}
+
+impl TopicAdmin {
+    /// An admin client of `settings`' brokers.
+    pub fn new(settings: &ClusterSettings) -> Result<TopicAdmin, ExchangeError> {
+        let admin = settings
+            .client_config()
+            .create()
+            .map_err(|source| settings.client_error("creating an admin client", source))?;
+        Ok(TopicAdmin {
+            settings: settings.clone(),
+            admin: Arc::new(admin),
+        })
+    }
+
+    /// Where each of the `partitions` partitions of `topic` ends now.
+    pub fn ends(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<std::collections::BTreeMap<i32, i64>, ExchangeError> {
+        (0..partitions)
+            .map(|p| {
+                self.admin
+                    .inner()
+                    .fetch_watermarks(topic, p, ADMIN_TIMEOUT)
+                    .map(|(_, high)| (p, high))
+                    .map_err(|source| {
+                        self.settings
+                            .client_error("reading where a partition ends", source)
+                    })
+            })
+            .collect()
+    }
 
     /// Create `topic` with `partitions` unless it exists; refuse one with
     /// another layout.
-    fn ensure_topic(&self, topic: &str, partitions: i32) -> Result<(), ExchangeError> {
-        let client = |what, source| ExchangeError::Client {
-            brokers: self.settings.brokers.clone(),
-            what,
-            source,
-        };
-        let admin: AdminClient<DefaultClientContext> = self
-            .settings
-            .client_config()
-            .create()
-            .map_err(|e| client("creating an admin client", e))?;
+    pub fn ensure(&self, topic: &str, partitions: i32) -> Result<(), ExchangeError> {
+        let client = |what, source| self.settings.client_error(what, source);
+        let admin = &*self.admin;
         let existing = |admin: &AdminClient<DefaultClientContext>| {
             admin
                 .inner()
@@ -481,7 +526,7 @@ impl Exchanges {
                 needed: partitions,
             }),
         };
-        if let Some(found) = existing(&admin)? {
+        if let Some(found) = existing(admin)? {
             return check(found);
         }
         let replication = TopicReplication::Fixed(self.settings.replication.unwrap_or(-1));
@@ -504,7 +549,7 @@ impl Exchanges {
         }
         // Metadata follows creation with a delay on some brokers.
         for _ in 0..50 {
-            if let Some(found) = existing(&admin)? {
+            if let Some(found) = existing(admin)? {
                 return check(found);
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -519,7 +564,7 @@ impl Exchanges {
 }
 
 /// Exchange topic → partition → offset.
-type Offsets = std::collections::BTreeMap<String, std::collections::BTreeMap<i32, i64>>;
+pub type Offsets = std::collections::BTreeMap<String, std::collections::BTreeMap<i32, i64>>;
 
 /// Delete what lies before each offset received, until the sender goes.
 /// A broker that cannot (librdkafka's mock cluster, an ACL) is reported
@@ -591,7 +636,8 @@ pub struct ExchangeWriter {
     /// The last record's sequence number.
     seq: AtomicU64,
     metrics: Arc<ExchangeMetrics>,
-    backlog: Arc<Backlog>,
+    /// What waits in the partition, when this member reads it too.
+    backlog: Option<Arc<Backlog>>,
 }
 
 impl std::fmt::Debug for ExchangeWriter {
@@ -643,7 +689,11 @@ impl ExchangeWriter {
     /// One record of `message`, the partition's next.
     fn produce(&self, message: &Message, epoch: u64, value: &[u8]) -> Result<(), ()> {
         // Backpressure: wait while the partition holds enough unread.
-        while self.backlog.waiting() > MAX_BACKLOG_BYTES {
+        while self
+            .backlog
+            .as_ref()
+            .is_some_and(|b| b.waiting() > MAX_BACKLOG_BYTES)
+        {
             if self.control.has_failed() {
                 return Err(());
             }
@@ -680,9 +730,11 @@ impl ExchangeWriter {
             }
         }
         let bytes = (value.len() + header_bytes.len()) as u64;
-        ExchangeMetrics::add(&self.metrics.records_out, 1);
-        ExchangeMetrics::add(&self.metrics.bytes_out, bytes);
-        ExchangeMetrics::add(&self.backlog.written, bytes);
+        StageMetrics::add(&self.metrics.records_out, 1);
+        StageMetrics::add(&self.metrics.bytes_out, bytes);
+        if let Some(backlog) = &self.backlog {
+            StageMetrics::add(&backlog.written, bytes);
+        }
         Ok(())
     }
 }
@@ -749,11 +801,11 @@ impl ExchangeReader {
             match filter.judge(&header) {
                 Verdict::Deliver => {}
                 Verdict::OtherGeneration => {
-                    ExchangeMetrics::add(&self.metrics.dropped, 1);
+                    StageMetrics::add(&self.metrics.dropped, 1);
                     continue;
                 }
                 Verdict::Duplicate => {
-                    ExchangeMetrics::add(&self.metrics.duplicates, 1);
+                    StageMetrics::add(&self.metrics.duplicates, 1);
                     continue;
                 }
                 Verdict::Replaced { newer } => {
@@ -771,9 +823,9 @@ impl ExchangeReader {
             }
             let value = record.payload().unwrap_or_default();
             let bytes = (value.len() + super::record::HEADER_LEN) as u64;
-            ExchangeMetrics::add(&self.backlog.read, bytes);
-            ExchangeMetrics::add(&self.metrics.records_in, 1);
-            ExchangeMetrics::add(&self.metrics.bytes_in, bytes);
+            StageMetrics::add(&self.backlog.read, bytes);
+            StageMetrics::add(&self.metrics.records_in, 1);
+            StageMetrics::add(&self.metrics.bytes_in, bytes);
             let message = match header.control() {
                 Some(m) => m,
                 None => {

@@ -30,7 +30,10 @@
 //!
 //! [`Generation`]: crate::epoch::Generation
 
+pub mod control;
 pub mod exchange;
+pub mod member;
+pub mod membership;
 pub mod record;
 
 use std::collections::BTreeMap;
@@ -51,6 +54,23 @@ pub struct ClusterSettings {
     /// epochs commit. Off for a broker without it: tansu 0.6's sqlite
     /// storage panics on it.
     pub trim: bool,
+    /// Which tasks this member runs.
+    pub placement: Placement,
+    /// With [`Placement::Group`]: how long a member may go unheard before
+    /// the group moves its tasks to the others.
+    pub session_timeout: std::time::Duration,
+}
+
+/// Which tasks of the job a member runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Every task: one member is the whole job (a second one is refused
+    /// by the epoch store's lock or lease).
+    #[default]
+    All,
+    /// The tasks its consumer group assigns it: any number of identical
+    /// members share the job ([`membership`]).
+    Group,
 }
 
 /// Why a cluster address is not one.
@@ -91,7 +111,22 @@ impl ClusterSettings {
             replication: None,
             client: BTreeMap::new(),
             trim: true,
+            placement: Placement::All,
+            session_timeout: std::time::Duration::from_secs(10),
         })
+    }
+
+    /// The error of a client call to these brokers that failed doing `what`.
+    pub fn client_error(
+        &self,
+        what: &'static str,
+        source: rdkafka::error::KafkaError,
+    ) -> exchange::ExchangeError {
+        exchange::ExchangeError::Client {
+            brokers: self.brokers.clone(),
+            what,
+            source,
+        }
     }
 
     /// A librdkafka client config for these brokers.

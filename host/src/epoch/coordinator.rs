@@ -16,7 +16,7 @@ use crate::runtime::{RunControl, SealError};
 use crate::state::StateObject;
 
 /// What the coordinator asks of a source task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SourceCommand {
     /// Report positions and inject a barrier for `epoch` between two polls;
     /// after the `last` one the source ends its stream.
@@ -32,14 +32,14 @@ pub enum SourceCommand {
 }
 
 /// What the coordinator tells a sink task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SinkCommand {
     /// The manifest of `epoch` is durable: commit it (and anything older).
     Commit(u64),
 }
 
 /// A task's report to the coordinator.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Ack {
     /// A source task reached barrier `epoch` with these split positions.
     Source {

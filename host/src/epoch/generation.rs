@@ -14,6 +14,8 @@
 //! This module only claims numbers; it never reads or writes exchange
 //! records or checkpoints.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{EpochError, EpochStore};
@@ -39,6 +41,27 @@ struct Claim {
     member: String,
     /// Unix seconds.
     claimed_at: u64,
+    /// For a job of several members: the round it starts and what every
+    /// member of it needs to agree on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    round: Option<JobRound>,
+}
+
+/// What the coordinator of a round of several members decided, for all
+/// of them to run the same generation the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRound {
+    /// The consumer group's generation id the round was assigned in.
+    pub round: i32,
+    /// Member id → the tasks it runs (global task indexes).
+    pub members: BTreeMap<String, Vec<u32>>,
+    /// The epoch every member resumes from (`None`: from the start).
+    pub resume: Option<u64>,
+    /// SHA-256 of the topology file the coordinator runs.
+    pub topology_digest: String,
+    /// Where every reader starts, per topic and partition: the ends of the
+    /// exchange and control topics before any task of this generation ran.
+    pub starts: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
 impl Generation {
@@ -46,6 +69,36 @@ impl Generation {
     /// than the newest claimed, created only if absent (of two members
     /// racing for a number, one gets it and the other the next).
     pub fn claim(store: &EpochStore) -> Result<Generation, EpochError> {
+        Self::claim_with(store, None)
+    }
+
+    /// Claim the next generation for `round`, recorded with it for the
+    /// other members to read ([`Self::read`]).
+    pub fn claim_round(store: &EpochStore, round: &JobRound) -> Result<Generation, EpochError> {
+        Self::claim_with(store, Some(round))
+    }
+
+    /// The claim of generation `number`, if it exists: the generation and
+    /// the round it started (`None` for a single member's claim).
+    pub fn read(
+        store: &EpochStore,
+        number: u64,
+    ) -> Result<Option<(Generation, Option<JobRound>)>, EpochError> {
+        match store.get(&Self::key(number)) {
+            Ok(bytes) => {
+                let claim: Claim =
+                    serde_json::from_slice(&bytes).map_err(|e| EpochError::Corrupt {
+                        key: Self::key(number),
+                        message: e.to_string(),
+                    })?;
+                Ok(Some((claim.generation, claim.round)))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn claim_with(store: &EpochStore, round: Option<&JobRound>) -> Result<Generation, EpochError> {
         let member = format!(
             "pid {} on {}",
             std::process::id(),
@@ -64,6 +117,7 @@ impl Generation {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0),
+                round: round.cloned(),
             };
             let bytes = serde_json::to_vec_pretty(&claim)
                 .map_err(|source| EpochError::Encode { epoch: 0, source })?;
@@ -108,6 +162,61 @@ fn nonce() -> u64 {
     );
     h.write_u32(std::process::id());
     h.finish()
+}
+
+/// Where members report their share of a round, under the store's root.
+const ROUNDS: &str = "cluster/rounds";
+
+/// One member's report of its share of a round, for the coordinator to
+/// gather the placement from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundReport {
+    /// The member's id in the group.
+    pub member: String,
+    /// The tasks the group assigned it.
+    pub tasks: Vec<u32>,
+    /// The newest generation claimed when it reported: a report of the
+    /// same round number from an older incarnation of the group has a
+    /// smaller one.
+    pub floor: u64,
+    /// SHA-256 of the member's topology file.
+    pub topology_digest: String,
+}
+
+impl RoundReport {
+    /// Write this report for `round`.
+    pub fn write(&self, store: &EpochStore, round: i32) -> Result<(), EpochError> {
+        let bytes = serde_json::to_vec_pretty(self)
+            .map_err(|source| EpochError::Encode { epoch: 0, source })?;
+        let member: String = self
+            .member
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() || c == '-' {
+                true => c,
+                false => '_',
+            })
+            .collect();
+        store.put(&format!("{ROUNDS}/{round:010}/{member}.json"), bytes)
+    }
+
+    /// Every report of `round` so far (unreadable ones are skipped: a
+    /// report being written is read again at the next look).
+    pub fn gather(store: &EpochStore, round: i32) -> Result<Vec<RoundReport>, EpochError> {
+        let (objects, _) = store.list(&format!("{ROUNDS}/{round:010}"))?;
+        let mut reports = Vec::new();
+        for key in objects {
+            match store.get(&key) {
+                Ok(bytes) => {
+                    if let Ok(r) = serde_json::from_slice(&bytes) {
+                        reports.push(r);
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(reports)
+    }
 }
 
 impl std::fmt::Display for Generation {

@@ -105,6 +105,32 @@ impl Manifest {
         commits
     }
 
+    /// The fence a new generation of `generation` writes after this
+    /// manifest: the same checkpoint as the next epoch, its sink handles
+    /// moved to the backlog (they belong to this epoch). Whoever creates
+    /// that slot first wins it, so a paused coordinator of an older
+    /// generation can no longer commit the epoch it was completing.
+    pub fn fence(&self, generation: u64) -> Manifest {
+        let mut fence = self.clone();
+        fence.epoch = self.epoch + 1;
+        fence.generation = Some(generation);
+        for (sink, tasks) in std::mem::take(&mut fence.sinks) {
+            for (task, handle) in tasks {
+                fence
+                    .sink_backlog
+                    .entry(sink.clone())
+                    .or_default()
+                    .entry(task)
+                    .or_default()
+                    .push(SinkHandleRecord {
+                        epoch: self.epoch,
+                        handle,
+                    });
+            }
+        }
+        fence
+    }
+
     /// Where a reader of exchange `topic` partition `partition` resumes.
     pub fn exchange_offset(&self, topic: &str, partition: i32) -> Option<i64> {
         self.exchanges.get(topic)?.get(&partition).copied()
@@ -116,6 +142,31 @@ impl Manifest {
             .get(sink)?
             .get(&task)
             .and_then(|h| hex::decode(h).ok())
+    }
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_resumes_like_the_manifest_it_copies() {
+        let mut m: Manifest = serde_json::from_value(serde_json::json!({
+            "format": 1, "topology": "t", "epoch": 7, "topology_digest": "d",
+            "plugins": {}, "sources": {}, "sinks": {"out": {"0": "0a"}},
+            "sink_backlog": {"out": {"0": [{"epoch": 6, "handle": "06"}]}},
+            "state": {}
+        }))
+        .expect("manifest");
+        m.generation = Some(2);
+        let fence = m.fence(3);
+        assert_eq!((fence.epoch, fence.generation), (8, Some(3)));
+        assert_eq!(
+            fence.sink_commits("out", 0),
+            m.sink_commits("out", 0),
+            "the same commits replayed, each under its own epoch"
+        );
+        assert_eq!(fence.sink_handle("out", 0), None);
     }
 }
 

@@ -23,9 +23,9 @@ mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, OnCommit, SinkCommand, SourceCommand};
 pub use fault::{InjectedFault, POINTS as FAULT_POINTS, fault_point};
-pub use generation::Generation;
+pub use generation::{Generation, JobRound, RoundReport};
 pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};
 pub use manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};
-pub use restore::{Restored, newest_restorable};
+pub use restore::{Restored, newest_restorable, restorable_at};
 pub use store::{EpochError, EpochStore};

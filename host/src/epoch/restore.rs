@@ -46,6 +46,19 @@ pub fn newest_restorable(store: &EpochStore) -> Result<Option<Restored>, EpochEr
     Ok(None)
 }
 
+/// Epoch `epoch` of `store` if it can be resumed from (a member of a job
+/// resumes from the epoch its round names, not the newest it sees).
+pub fn restorable_at(
+    store: &EpochStore,
+    epoch: u64,
+) -> Result<Result<Restored, String>, EpochError> {
+    Ok(load(store, epoch)?.map(|(manifest, state)| Restored {
+        manifest,
+        state,
+        skipped: Vec::new(),
+    }))
+}
+
 type StageBytes = BTreeMap<String, Vec<(StateObject, Vec<u8>)>>;
 
 /// The epoch's manifest and state; `Ok(Err(reason))` when the epoch is

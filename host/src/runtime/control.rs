@@ -43,6 +43,10 @@ pub struct CommitPoint {
     /// An epoch whose manifest write failed part-way: it may exist, so
     /// neither commit nor abort it; the restart decides.
     pub in_doubt: Option<u64>,
+    /// Manifests are written by another member's coordinator: every epoch
+    /// after `durable` may be committed already, so none is aborted; the
+    /// restart decides.
+    pub decided_elsewhere: bool,
 }
 
 /// Why an epoch was not sealed.
@@ -100,6 +104,13 @@ impl RunControl {
                 Err(SealError::Write(e))
             }
         }
+    }
+
+    /// Another member writes this run's manifests (see
+    /// [`CommitPoint::decided_elsewhere`]).
+    pub fn commits_decided_elsewhere(&self) {
+        let mut point = self.commit_point.lock().unwrap_or_else(|p| p.into_inner());
+        point.decided_elsewhere = true;
     }
 
     /// The failed write of `epoch` was undone: its manifest is known absent.
@@ -303,7 +314,8 @@ mod tests {
             control.commit_point(),
             CommitPoint {
                 durable: None,
-                in_doubt: Some(3)
+                in_doubt: Some(3),
+                decided_elsewhere: false,
             }
         );
         control.resolve_doubt(3);

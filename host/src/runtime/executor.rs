@@ -8,8 +8,9 @@
 //! each planned stage task builds its own operator), then the coordinator.
 //! It never decides what an operator does or what its state is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,16 +25,21 @@ use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, commit_durable};
 use super::plan::{Plan, PlannedSink, PlannedSource, PlannedStage, SourceEventTime, StageTask};
 use super::watermark::{SystemClock, WatermarkClock};
+use crate::cluster::control::ControlBridge;
 use crate::cluster::exchange::{ExchangeError, Exchanges};
 use crate::epoch::{
-    Ack, Coordinator, CoordinatorConfig, EpochStore, Generation, Manifest, OnCommit, SinkCommand,
-    SourceCommand, newest_restorable,
+    Ack, Coordinator, CoordinatorConfig, EpochStore, Generation, JobRound, Manifest, OnCommit,
+    SinkCommand, SourceCommand, newest_restorable, restorable_at,
 };
 use crate::plugin::LoadedPlugin;
 use crate::plugin::{FailureKind, PluginError, SourceInstance, SourcePoll};
 use crate::state::{KeyHasher, StateObject};
 use crate::topology::{Settings, Topology};
 use arrow::datatypes::SchemaRef;
+
+/// A job of several members numbers generation `g`'s epochs from
+/// `g << GENERATION_EPOCH_BITS` on (about a million epochs per generation).
+const GENERATION_EPOCH_BITS: u32 = 20;
 
 /// How often an idle task wakes up, and how long an idle source waits.
 const TICK: Duration = Duration::from_millis(50);
@@ -67,6 +73,10 @@ pub enum RunError {
         /// What failed.
         message: String,
     },
+    /// This member of a job cannot join it (another topology than the
+    /// other members run): nothing ran, the fix is in the configuration.
+    #[error("{0}")]
+    Refused(String),
     /// The epoch store failed.
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
@@ -90,15 +100,153 @@ pub struct RunReport {
     pub committed_epoch: Option<u64>,
 }
 
+/// A member's share of one generation of a job of several members (see
+/// [`crate::cluster::member`]).
+#[derive(Debug, Clone)]
+pub struct MemberRun {
+    /// The generation every member of the round runs.
+    pub generation: Generation,
+    /// What the round's coordinator decided (placement, resume epoch,
+    /// where readers start).
+    pub round: JobRound,
+    /// This member's id in the group.
+    pub member: String,
+    /// Set once the job's final epoch is committed.
+    pub finished: Arc<AtomicBool>,
+}
+
+impl MemberRun {
+    /// The global indexes of the tasks this member runs.
+    pub fn tasks(&self) -> BTreeSet<u32> {
+        self.round
+            .members
+            .get(&self.member)
+            .map(|t| t.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether this member runs the coordinator (it owns task 0).
+    pub fn coordinates(&self) -> bool {
+        self.tasks().contains(&0)
+    }
+}
+
+/// Every task of `plan` as (node, task index), in the order that numbers
+/// them: sources, stages, sinks, each in plan order. Task `n` of a job of
+/// several members is partition `n` of its control topic.
+pub fn job_tasks(plan: &Plan) -> Vec<(String, usize)> {
+    let sources = plan.sources.iter().map(|s| (&s.name, s.tasks.len()));
+    let stages = plan.stages.iter().map(|s| (&s.name, s.tasks.len()));
+    let sinks = plan.sinks.iter().map(|s| (&s.name, s.tasks.len()));
+    sources
+        .chain(stages)
+        .chain(sinks)
+        .flat_map(|(name, n)| (0..n).map(move |i| (name.clone(), i)))
+        .collect()
+}
+
+/// Which member runs each task: this process all of them, or, for a
+/// member of a job, the round's placement.
+#[derive(Debug, Clone)]
+struct Owned(Option<Placement>);
+
+#[derive(Debug, Clone)]
+struct Placement {
+    /// (node, task index) → the member that runs it.
+    owners: BTreeMap<(String, usize), String>,
+    /// This member.
+    me: String,
+}
+
+impl Owned {
+    fn of(plan: &Plan, member: Option<&MemberRun>) -> Owned {
+        Owned(member.map(|m| {
+            let mut by_task = BTreeMap::new();
+            for (member, tasks) in &m.round.members {
+                for t in tasks {
+                    by_task.insert(*t as usize, member.clone());
+                }
+            }
+            let owners = job_tasks(plan)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(n, t)| Some((t, by_task.get(&n)?.clone())))
+                .collect();
+            Placement {
+                owners,
+                me: m.member.clone(),
+            }
+        }))
+    }
+
+    fn owner(&self, node: &str, task: usize) -> Option<&str> {
+        let p = self.0.as_ref()?;
+        p.owners.get(&(node.to_string(), task)).map(String::as_str)
+    }
+
+    /// Whether this process runs task `task` of `node`.
+    fn has(&self, node: &str, task: usize) -> bool {
+        match &self.0 {
+            None => true,
+            Some(p) => self.owner(node, task) == Some(p.me.as_str()),
+        }
+    }
+
+    /// Whether the two tasks run in one process.
+    fn together(&self, a: (&str, usize), b: (&str, usize)) -> bool {
+        self.0.is_none() || self.owner(a.0, a.1) == self.owner(b.0, b.1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|p| !p.owners.values().any(|m| *m == p.me))
+    }
+}
+
 /// Run `plan` until its sources drain, a stop is requested, or a task fails.
 pub fn run(
-    mut plan: Plan,
+    plan: Plan,
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
     store: EpochStore,
 ) -> Result<RunReport, RunError> {
+    run_job(plan, control, metrics, store, None)
+}
+
+/// Run `member`'s share of `plan` in its generation, until the job's
+/// sources drain, a stop is requested, or a task (of any member) fails.
+pub fn run_member(
+    plan: Plan,
+    control: Arc<RunControl>,
+    metrics: &[Arc<StageMetrics>],
+    store: EpochStore,
+    member: &MemberRun,
+) -> Result<RunReport, RunError> {
+    run_job(plan, control, metrics, store, Some(member))
+}
+
+fn run_job(
+    mut plan: Plan,
+    control: Arc<RunControl>,
+    metrics: &[Arc<StageMetrics>],
+    store: EpochStore,
+    member: Option<&MemberRun>,
+) -> Result<RunReport, RunError> {
     let started = Instant::now();
-    let mut resume = resume(&mut plan, &store)?;
+    let owned = Owned::of(&plan, member);
+    let mut resume = match member {
+        None => resume(&mut plan, &store)?,
+        Some(m) => resume_round(&mut plan, &store, m.round.resume, &owned)?,
+    };
+    if let Some(m) = member {
+        // Epoch ids of a generation start past any an older one can have
+        // started: a paused member of it that wakes up prepares sink
+        // epochs that never collide with this generation's.
+        resume.first_epoch = resume
+            .first_epoch
+            .max(m.generation.number << GENERATION_EPOCH_BITS);
+    }
     let metric = |name: &str| {
         metrics
             .iter()
@@ -106,8 +254,28 @@ pub fn run(
             .map(Arc::clone)
             .unwrap_or_default()
     };
-    let mut exchanges = match &plan.topology.settings.cluster {
-        Some(cluster) => {
+    let mut exchanges = match (&plan.topology.settings.cluster, member) {
+        (Some(cluster), Some(m)) => {
+            tracing::info!(
+                generation = m.generation.number,
+                tasks = ?m.tasks(),
+                "running a member's share of the job"
+            );
+            if !m.coordinates() {
+                control.commits_decided_elsewhere();
+            }
+            Some(
+                Exchanges::new(
+                    cluster,
+                    &plan.topology.name,
+                    m.generation,
+                    Arc::clone(&control),
+                    None,
+                )?
+                .starting_at(m.round.starts.clone()),
+            )
+        }
+        (Some(cluster), None) => {
             let generation = Generation::claim(&store)?;
             tracing::info!(
                 generation = generation.number,
@@ -122,17 +290,22 @@ pub fn run(
                 resume.manifest.clone(),
             )?)
         }
-        None => None,
+        (None, _) => None,
     };
-    let mut wiring = wire_edges(&plan, &metric, exchanges.as_mut())?;
-    wire_side_outputs(&plan, &metric, &mut wiring);
+    let mut wiring = wire_edges(&plan, &metric, exchanges.as_mut(), &owned)?;
+    wire_side_outputs(&plan, &metric, &mut wiring, &owned)?;
     let settings = plan.topology.settings.clone();
-    let mut launch = Launch::new(&settings, &control, &resume);
+    let mut launch = Launch::new(&settings, &control, &resume, owned.clone());
     launch.generation = exchanges.as_ref().map(|e| e.generation().number);
-    launch.on_commit = match (&exchanges, &settings.cluster) {
-        (Some(e), Some(cluster)) if cluster.trim => Some(e.retention(settings.checkpoint_retain)?),
+    let coordinates = member.is_none_or(MemberRun::coordinates);
+    launch.on_commit = match &exchanges {
+        Some(e) if coordinates => e.retention(settings.checkpoint_retain)?,
         _ => None,
     };
+    if member.is_some() {
+        // The coordinator waits for every task of the job, wherever it runs.
+        launch.job_totals(&plan, &wiring);
+    }
     let Plan {
         sources,
         stages,
@@ -156,13 +329,25 @@ pub fn run(
         launch.exchange_readers(exchanges)?;
     }
     let handles = std::mem::take(&mut launch.handles);
-    let committed_epoch = launch.coordinate(&topology, &plugins, store);
+    let (committed_epoch, bridge) = match (member, &settings.cluster) {
+        (Some(m), Some(cluster)) => launch.take_part(m, cluster, &topology, &plugins, store)?,
+        _ => (launch.coordinate(&topology, &plugins, store), None),
+    };
     for (name, handle) in handles {
         if handle.join().is_err() {
             control.fail(format!(
                 "task {name} panicked (a bug in fvhost; please report it)"
             ));
         }
+    }
+    if let Some(bridge) = bridge {
+        // A member without tasks still belongs to the job until it ends.
+        if let Some(m) = member.filter(|_| owned.is_empty()) {
+            while !m.finished.load(Ordering::SeqCst) && !control.should_stop() {
+                std::thread::sleep(TICK);
+            }
+        }
+        bridge.stop();
     }
     let report = RunReport {
         stages: metrics.to_vec(),
@@ -197,11 +382,37 @@ fn resume(plan: &mut Plan, store: &EpochStore) -> Result<Resume, RunError> {
     // Epochs newer than the one resumed from never committed (partial) or
     // cannot be used (corrupt): their objects must not linger.
     store.discard_after(manifest.as_ref().map(|m| m.epoch))?;
+    resume_from(plan, manifest, state, &Owned(None))
+}
+
+/// Resume a member's share from the epoch its round names (the round's
+/// coordinator chose it and discarded newer ones before any task ran).
+fn resume_round(
+    plan: &mut Plan,
+    store: &EpochStore,
+    epoch: Option<u64>,
+    owned: &Owned,
+) -> Result<Resume, RunError> {
+    let Some(epoch) = epoch else {
+        return resume_from(plan, None, BTreeMap::new(), owned);
+    };
+    match restorable_at(store, epoch)? {
+        Ok(r) => resume_from(plan, Some(r.manifest), r.state, owned),
+        Err(message) => Err(RunError::Restore { epoch, message }),
+    }
+}
+
+fn resume_from(
+    plan: &mut Plan,
+    manifest: Option<Manifest>,
+    state: BTreeMap<String, Vec<(StateObject, Vec<u8>)>>,
+    owned: &Owned,
+) -> Result<Resume, RunError> {
     let mut positions = BTreeMap::new();
     if let Some(m) = &manifest {
         check_state_formats(plan, m)?;
         check_plugin_versions(plan, m)?;
-        positions = restore(plan, m)?;
+        positions = restore(plan, m, owned)?;
         if m.topology_digest != plan.topology.digest {
             tracing::warn!(
                 epoch = m.epoch,
@@ -227,6 +438,9 @@ struct Wiring {
     /// receiver, gauge).
     inputs: BTreeMap<(String, usize), Vec<TaskInput>>,
     side_outputs: BTreeMap<(String, usize), EdgeSender>,
+    /// Exchange partitions of the whole job (each acknowledges every
+    /// barrier to the coordinator, from whichever member reads it).
+    exchange_pairs: usize,
 }
 
 impl Wiring {
@@ -250,11 +464,15 @@ impl Wiring {
 }
 
 /// One bounded channel per (producer task, consumer task) of every edge;
-/// rows into a keyed stage are routed by their key's vnode.
+/// rows into a keyed stage are routed by their key's vnode. A cluster
+/// member sends a pair through an exchange topic when the edge is keyed or
+/// when the two tasks run on different members (it reads the partitions
+/// of the consumers it runs and writes those of the producers it runs).
 fn wire_edges(
     plan: &Plan,
     metric: &impl Fn(&str) -> Arc<StageMetrics>,
     mut exchanges: Option<&mut Exchanges>,
+    owned: &Owned,
 ) -> Result<Wiring, RunError> {
     let capacity = plan.topology.settings.channel_capacity;
     let mut parallelism: BTreeMap<String, usize> = BTreeMap::new();
@@ -278,6 +496,7 @@ fn wire_edges(
         outputs: BTreeMap::new(),
         inputs: BTreeMap::new(),
         side_outputs: BTreeMap::new(),
+        exchange_pairs: 0,
     };
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
     for s in &plan.sources {
@@ -297,10 +516,13 @@ fn wire_edges(
             metric(consumer).watch_edge(Arc::clone(&gauge));
             let key = keys.get(consumer).and_then(|k| k.get(position));
             let keyed = key.zip(schemas.get(input));
-            // A cluster member's keyed edge is a topic; forward edges stay
-            // in memory.
-            let mut exchange = match (keyed, exchanges.as_deref_mut()) {
-                (Some(_), Some(ex)) => {
+            let cluster = exchanges.is_some();
+            let through_topic = |p: usize, c: usize| {
+                cluster && (keyed.is_some() || !owned.together((input, p), (consumer, c)))
+            };
+            let uses_topic = (0..producers).any(|p| (0..*tasks).any(|c| through_topic(p, c)));
+            let mut exchange = match exchanges.as_deref_mut() {
+                Some(ex) if uses_topic => {
                     let edge = ex.edge(input, consumer, producers, *tasks)?;
                     metric(consumer).watch_exchange(Arc::clone(&edge.metrics));
                     Some((ex, edge))
@@ -314,11 +536,15 @@ fn wire_edges(
                     let channel = gauge.channel(p * tasks + c);
                     let local = EdgeSender::new(tx, channel.clone());
                     match exchange.as_mut() {
-                        Some((ex, edge)) => {
-                            ex.reader(edge, p, c, local)?;
-                            senders.push(ex.writer(edge, p, c));
+                        Some((ex, edge)) if through_topic(p, c) => {
+                            wiring.exchange_pairs += 1;
+                            let reads = owned.has(consumer, c);
+                            if reads {
+                                ex.reader(edge, p, c, local)?;
+                            }
+                            senders.push(ex.writer(edge, p, c, reads));
                         }
-                        None => senders.push(local),
+                        _ => senders.push(local),
                     }
                     wiring
                         .inputs
@@ -354,7 +580,24 @@ fn wire_side_outputs(
     plan: &Plan,
     metric: &impl Fn(&str) -> Arc<StageMetrics>,
     wiring: &mut Wiring,
-) {
+    owned: &Owned,
+) -> Result<(), RunError> {
+    // Side outputs stay in memory: a member's share must hold both ends.
+    for stage in plan
+        .stages
+        .iter()
+        .map(|s| (&s.name, s.tasks.len(), s.late_rows.as_ref()))
+        .chain(plan.sources.iter().map(|s| (&s.name, s.tasks.len(), None)))
+    {
+        let (name, tasks, late) = stage;
+        for to in plan.topology.dead_letter.iter().chain(late) {
+            if (0..tasks).any(|i| owned.has(name, i) && !owned.has(to, 0)) {
+                return Err(RunError::Task(format!(
+                    "`{name}` sends rows to the side-output sink `{to}`, which another member runs: dead-letter and late-row sinks do not work across members yet (run this topology with [cluster] placement = \"all\")"
+                )));
+            }
+        }
+    }
     let capacity = plan.topology.settings.channel_capacity;
     let mut side_edge = |from: &str, to: &str, tasks: &[bool]| {
         let feeding = tasks.iter().filter(|t| **t).count();
@@ -399,6 +642,7 @@ fn wire_side_outputs(
             side_edge(&source.name, dlq, &vec![true; source.tasks.len()]);
         }
     }
+    Ok(())
 }
 
 /// The task threads of a run as they start, and what the coordinator
@@ -423,10 +667,20 @@ struct Launch<'a> {
     generation: Option<u64>,
     /// What to do once a manifest is durable (trim exchange topics).
     on_commit: Option<OnCommit>,
+    /// The tasks this process runs.
+    owned: Owned,
+    /// A member's coordinator counts the whole job's tasks: (sources,
+    /// sinks, stateful stage tasks, exchange partitions).
+    job_totals: Option<(usize, usize, usize, usize)>,
 }
 
 impl<'a> Launch<'a> {
-    fn new(settings: &'a Settings, control: &'a Arc<RunControl>, resume: &Resume) -> Self {
+    fn new(
+        settings: &'a Settings,
+        control: &'a Arc<RunControl>,
+        resume: &Resume,
+        owned: Owned,
+    ) -> Self {
         let (acks, acks_in) = unbounded::<Ack>();
         Launch {
             settings,
@@ -444,7 +698,91 @@ impl<'a> Launch<'a> {
             exchange_partitions: 0,
             generation: None,
             on_commit: None,
+            owned,
+            job_totals: None,
         }
+    }
+
+    /// Count the whole job's tasks for the coordinator (before any task
+    /// takes its inputs from `wiring`).
+    fn job_totals(&mut self, plan: &Plan, wiring: &Wiring) {
+        let sources = plan.sources.iter().map(|s| s.tasks.len()).sum();
+        // A sink without inputs takes no part in epochs (see `sink`).
+        let sinks = plan
+            .sinks
+            .iter()
+            .flat_map(|s| (0..s.tasks.len()).map(move |i| (s.name.clone(), i)))
+            .filter(|at| wiring.inputs.get(at).is_some_and(|i| !i.is_empty()))
+            .count();
+        let stateful = plan
+            .stages
+            .iter()
+            .flat_map(|s| &s.tasks)
+            .filter(|t| t.state_format().is_some())
+            .count();
+        self.job_totals = Some((sources, sinks, stateful, wiring.exchange_pairs));
+    }
+
+    /// A member's part in the epoch protocol: the coordinator (its
+    /// commands and the others' acknowledgements through the control
+    /// topics), or a bridge that carries both for its own tasks.
+    fn take_part(
+        mut self,
+        member: &MemberRun,
+        cluster: &crate::cluster::ClusterSettings,
+        topology: &Topology,
+        plugins: &BTreeMap<String, LoadedPlugin>,
+        store: EpochStore,
+    ) -> Result<(Option<u64>, Option<ControlBridge>), RunError> {
+        let control = Arc::clone(self.control);
+        let start = |topic: String| {
+            member
+                .round
+                .starts
+                .get(&topic)
+                .and_then(|p| p.get(&0))
+                .copied()
+                .unwrap_or(0)
+        };
+        if member.coordinates() {
+            let (sources_tx, sources_rx) = unbounded();
+            let (sinks_tx, sinks_rx) = unbounded();
+            self.source_commands.push(sources_tx);
+            self.sink_commands.push(sinks_tx);
+            let bridge = ControlBridge::coordinator(
+                cluster,
+                &topology.name,
+                member.generation,
+                start(crate::cluster::control::acks_topic(&topology.name)),
+                sources_rx,
+                sinks_rx,
+                self.acks.clone(),
+                &control,
+                Arc::clone(&member.finished),
+            )?;
+            let committed = self.coordinate(topology, plugins, store);
+            return Ok((committed, Some(bridge)));
+        }
+        let Launch {
+            acks,
+            acks_in,
+            source_commands,
+            sink_commands,
+            ..
+        } = self;
+        drop(acks);
+        let bridge = ControlBridge::member(
+            cluster,
+            &topology.name,
+            member.generation,
+            start(crate::cluster::control::commands_topic(&topology.name)),
+            source_commands,
+            sink_commands,
+            acks_in,
+            &control,
+            Arc::clone(&member.finished),
+        )?;
+        Ok((control.commit_point().durable, Some(bridge)))
     }
 
     /// Start a reader thread per exchange partition.
@@ -479,6 +817,9 @@ impl<'a> Launch<'a> {
         resume: &mut Resume,
     ) -> Result<(), RunError> {
         for (i, instance) in source.tasks.into_iter().enumerate() {
+            if !self.owned.has(&source.name, i) {
+                continue;
+            }
             let (cmd_tx, cmd_rx) = unbounded();
             self.source_commands.push(cmd_tx);
             self.source_tasks += 1;
@@ -523,6 +864,9 @@ impl<'a> Launch<'a> {
         let parallelism = stage.tasks.len();
         let saved = resume.state.remove(&stage.name).unwrap_or_default();
         for (i, task) in stage.tasks.into_iter().enumerate() {
+            if !self.owned.has(&stage.name, i) {
+                continue;
+            }
             let emitter = wiring.emitter(&stage.name, i, metrics);
             let inputs = wiring.inputs(&stage.name, i);
             let state_context = || {
@@ -566,6 +910,9 @@ impl<'a> Launch<'a> {
         wiring: &mut Wiring,
     ) -> Result<(), RunError> {
         for (i, instance) in sink.tasks.into_iter().enumerate() {
+            if !self.owned.has(&sink.name, i) {
+                continue;
+            }
             let emitter = Emitter::new(Vec::new(), None, Arc::clone(metrics));
             let inputs = wiring.inputs(&sink.name, i);
             // A sink without inputs (a dead-letter sink with no step to feed
@@ -617,8 +964,11 @@ impl<'a> Launch<'a> {
             exchange_partitions,
             generation,
             on_commit,
+            job_totals,
             ..
         } = self;
+        let (source_tasks, sink_tasks, state_tasks, exchange_partitions) =
+            job_totals.unwrap_or((source_tasks, sink_tasks, state_tasks, exchange_partitions));
         // Only the tasks hold senders now: the coordinator sees every ack
         // channel close when they are all gone.
         drop(acks);
@@ -734,7 +1084,7 @@ type TaskPositions = BTreeMap<(String, usize), Vec<(String, Vec<u8>)>>;
 /// its epoch (commit is idempotent) and abort anything prepared after it.
 /// Returns what each source task was given, so that it reports exactly
 /// those splits (and no other task's) at the next barrier.
-fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunError> {
+fn restore(plan: &mut Plan, manifest: &Manifest, owned: &Owned) -> Result<TaskPositions, RunError> {
     let fail = |message: String| RunError::Restore {
         epoch: manifest.epoch,
         message,
@@ -775,6 +1125,10 @@ fn restore(plan: &mut Plan, manifest: &Manifest) -> Result<TaskPositions, RunErr
     }
     for sink in &mut plan.sinks {
         for (i, task) in sink.tasks.iter_mut().enumerate() {
+            // Another member replays the commits of the tasks it runs.
+            if !owned.has(&sink.name, i) {
+                continue;
+            }
             let label = format!("{}[{i}]", sink.name);
             // Every epoch up to the manifest's committed: replay each
             // commit the crashed run may not have finished.

@@ -27,7 +27,7 @@ pub mod tap;
 pub mod watermark;
 
 pub use control::{CommitPoint, RunControl, SealError};
-pub use executor::{RunError, RunReport, run};
+pub use executor::{MemberRun, RunError, RunReport, job_tasks, run, run_member};
 pub use message::{Message, Watermark};
 pub use metrics::StageMetrics;
 pub use operator::{Emitter, Operator, TaskError};

@@ -71,6 +71,12 @@ struct RawCluster {
     client: BTreeMap<String, String>,
     /// Delete committed exchange records (default true).
     trim: Option<bool>,
+    /// `"all"` (default: this member runs every task) or `"group"`
+    /// (members share the tasks through a consumer group).
+    placement: Option<String>,
+    /// How long a member of a group may go unheard before the others
+    /// take over its tasks (`"10s"`).
+    session_timeout: Option<String>,
 }
 
 /// One `[sources.x]`, `[stages.x]` or `[sinks.x]` table. One struct for all
@@ -355,6 +361,22 @@ fn read_settings(raw: &RawTopology, map: &SourceMap, errors: &mut Vec<Diagnostic
                 }
                 c.client = cluster.client.clone();
                 c.trim = cluster.trim.unwrap_or(true);
+                match cluster.placement.as_deref() {
+                    None | Some("all") => {}
+                    Some("group") => c.placement = crate::cluster::Placement::Group,
+                    Some(other) => errors.push(map.at_key(
+                        "cluster.placement",
+                        format!("`{other}` is not a placement: use \"all\" (this member runs every task) or \"group\" (members share the tasks through a consumer group)"),
+                    )),
+                }
+                if let Some(t) = &cluster.session_timeout {
+                    match parse_duration(t) {
+                        Ok(d) if d >= std::time::Duration::from_secs(1) => c.session_timeout = d,
+                        Ok(_) => errors
+                            .push(map.at_key("cluster.session_timeout", "must be at least 1s")),
+                        Err(e) => errors.push(map.at_key("cluster.session_timeout", e.to_string())),
+                    }
+                }
                 settings.cluster = Some(c);
             }
             Err(e) => errors.push(map.at_key("cluster.brokers", e.to_string())),

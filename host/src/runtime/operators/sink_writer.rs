@@ -179,6 +179,12 @@ impl Operator for SinkWriter {
                     task = self.task,
                     "epoch {epoch} is in doubt (its manifest write failed); left for the restart"
                 );
+            } else if point.decided_elsewhere {
+                tracing::info!(
+                    sink = %self.name,
+                    task = self.task,
+                    "epoch {epoch} is left for the restart (another member's coordinator may have committed it)"
+                );
             } else if let Err(e) = self.instance.abort(epoch) {
                 tracing::warn!(sink = %self.name, "aborting epoch {epoch}: {e}");
             }
