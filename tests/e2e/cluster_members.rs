@@ -281,6 +281,30 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
             claims.len() > first_of_three + 1,
             "seed {seed}: the kill started a new generation: {claims:?}"
         );
+        // Each member's status record shows the generation it ended in,
+        // the placement of every task, and who coordinated.
+        let places: Vec<serde_json::Value> = (0..3)
+            .map(|i| {
+                let text =
+                    std::fs::read_to_string(s.path().join(format!("member-{i}/status.json")))
+                        .expect("status record");
+                serde_json::from_str::<serde_json::Value>(&text).expect("json")["member"].clone()
+            })
+            .collect();
+        let last = claims.last().expect("a claim").0;
+        for p in &places {
+            assert_eq!(p["generation"].as_u64(), Some(last), "{p}");
+            let placed: usize = p["placement"]
+                .as_object()
+                .map(|m| m.values().map(|t| t.as_array().map_or(0, Vec::len)).sum())
+                .unwrap_or(0);
+            assert_eq!(placed, 9, "every task placed once: {p}");
+        }
+        assert_eq!(
+            places.iter().filter(|p| p["coordinator"] == true).count(),
+            1,
+            "one coordinator: {places:?}"
+        );
     }
 }
 

@@ -27,6 +27,7 @@ use super::control::{acks_topic, commands_topic};
 use super::exchange::{Exchanges, Offsets, TopicAdmin};
 use super::membership::{Assignment, Membership};
 use crate::epoch::{EpochError, EpochStore, Generation, JobRound, RoundReport, newest_restorable};
+use crate::runtime::status::MemberStatus;
 use crate::runtime::{MemberRun, Plan, RunControl, RunError, RunReport};
 
 /// How often a member looks at the store while a round is agreed.
@@ -48,6 +49,8 @@ pub struct MemberJob {
     pub tasks: usize,
     /// Every internal topic a round may use, with its partitions.
     pub topics: Vec<(String, i32)>,
+    /// Each task's name (`node[i]`), by its index.
+    pub task_names: Vec<String>,
 }
 
 impl MemberJob {
@@ -84,6 +87,10 @@ impl MemberJob {
             settings: settings.clone(),
             digest: plan.topology.digest.clone(),
             tasks: crate::runtime::job_tasks(plan).len(),
+            task_names: crate::runtime::job_tasks(plan)
+                .into_iter()
+                .map(|(node, i)| format!("{node}[{i}]"))
+                .collect(),
             topology,
             topics,
         }
@@ -113,8 +120,9 @@ enum Agreement {
 }
 
 /// Run this member until the job ends (its sources drain), a stop is
-/// requested through `stop`, or the member cannot go on. `attempt` runs
-/// one generation's share with a fresh [`RunControl`].
+/// requested through `stop` (the process's control, which also shows the
+/// member's place in the status record), or the member cannot go on.
+/// `attempt` runs one generation's share with a fresh [`RunControl`].
 pub fn run_as_member(
     job: &MemberJob,
     store: &EpochStore,
@@ -182,6 +190,29 @@ pub fn run_as_member(
             coordinator = assignment.tasks.contains(&0),
             "this member runs its share of the job"
         );
+        let named = |tasks: &[u32]| -> Vec<String> {
+            tasks
+                .iter()
+                .map(|t| {
+                    job.task_names
+                        .get(*t as usize)
+                        .cloned()
+                        .unwrap_or_else(|| t.to_string())
+                })
+                .collect()
+        };
+        stop.set_member(MemberStatus {
+            member: assignment.member.clone(),
+            generation: generation.number,
+            round: round.round,
+            coordinator: assignment.tasks.contains(&0),
+            tasks: named(&assignment.tasks.iter().copied().collect::<Vec<_>>()),
+            placement: round
+                .members
+                .iter()
+                .map(|(m, tasks)| (m.clone(), named(tasks)))
+                .collect(),
+        });
         let member = MemberRun {
             generation,
             round,
@@ -468,6 +499,7 @@ mod tests {
             digest: digest.into(),
             tasks: 2,
             topics: Vec::new(),
+            task_names: Vec::new(),
         };
         let reports = [report("a", &[0], "old"), report("b", &[1], "new")];
         // The previous generation ran "old": "new" is the odd one.

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::status::{CheckpointRecord, now_ms};
+use super::status::{CheckpointRecord, MemberStatus, now_ms};
 
 /// How many checkpoints the history keeps (the newest).
 pub const CHECKPOINT_HISTORY: usize = 20;
@@ -33,6 +33,8 @@ pub struct RunControl {
     checkpoint_bytes: AtomicU64,
     /// The newest checkpoints, committed or failed, oldest first.
     checkpoints: Mutex<VecDeque<CheckpointRecord>>,
+    /// A member of a job of several: its current generation and placement.
+    member: Mutex<Option<MemberStatus>>,
 }
 
 /// What is known about the newest epochs' manifests.
@@ -182,6 +184,19 @@ impl RunControl {
             h.pop_front();
         }
         h.push_back(record);
+    }
+
+    /// Record this process's place in its job (shown by the status record).
+    pub fn set_member(&self, status: MemberStatus) {
+        *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+    }
+
+    /// This process's place in its job, if it is a member of several.
+    pub fn member(&self) -> Option<MemberStatus> {
+        self.member
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The newest checkpoints, committed or failed, oldest first.

@@ -144,6 +144,10 @@ pub struct StatusRecord {
     /// generations dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exchanges: Vec<crate::cluster::exchange::ExchangeStatus>,
+    /// A member of a job of several (`[cluster] placement = "group"`):
+    /// its generation and where every task runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberStatus>,
     /// The newest checkpoints (at most 20), committed or failed, oldest
     /// first; a restarted run continues the history of the one before.
     #[serde(default)]
@@ -153,6 +157,23 @@ pub struct StatusRecord {
     pub cpu: Option<super::cpu::CpuByFamily>,
     /// The error, when FAILED.
     pub error: Option<String>,
+}
+
+/// One member's view of its job's current generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// This member's id in the consumer group.
+    pub member: String,
+    /// The generation it runs.
+    pub generation: u64,
+    /// The consumer group's generation id it was placed in.
+    pub round: i32,
+    /// Whether it runs the epoch coordinator.
+    pub coordinator: bool,
+    /// The tasks it runs (`node[i]`).
+    pub tasks: Vec<String>,
+    /// Every member of the generation → the tasks it runs.
+    pub placement: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The status file of a state directory.
@@ -318,6 +339,7 @@ pub fn record(
             .collect(),
         edges: metrics.iter().flat_map(|m| m.edge_status()).collect(),
         exchanges: metrics.iter().flat_map(|m| m.exchange_status()).collect(),
+        member: control.member(),
         checkpoints: control.checkpoints(),
         cpu: super::cpu::sample(),
         error,
