@@ -8,7 +8,12 @@
 //! and the time from a member's SIGKILL to the first row its restart
 //! commits (against librdkafka's mock cluster, held by this process:
 //! tansu 0.6 does not survive a producer's restarts, see the cluster
-//! tests). `cargo bench --workspace --bench cluster`
+//! tests). Three members (`placement = "group"`, three fvhost processes
+//! on the mock cluster) are measured from their start to their end,
+//! group formation included, with the CPU of all three; and the time from
+//! a member's SIGKILL to the first row the next generation commits, which
+//! includes the others noticing (the 2 s session timeout).
+//! `cargo bench --workspace --bench cluster`
 //! (`FV_BENCH_EVENTS`, default 1,000,000; `FV_BENCH_REPEAT`, default 3).
 //! Needs tansu: `FVHOST_TANSU`, the CI's cache or the PATH.
 
@@ -134,6 +139,135 @@ fn recovery(dir: &Path, cluster: &str, after: Duration) -> Duration {
     took
 }
 
+/// The CPU seconds of this process's children that have been waited for.
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The internal topics of a job of several members named `name` (the
+/// mock cluster cannot create them).
+fn member_topics(mock: &TrackedMock, name: &str) {
+    for (topic, partitions) in cluster_topology::member_topics(name) {
+        mock.create_topic(&topic, partitions);
+    }
+}
+
+/// Start member `i` of the job in `dir` (state `member-<i>`, the store
+/// `store` shared).
+fn start_member(dir: &Path, i: usize) -> std::process::Child {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fvhost-component-cache");
+    let state = format!("member-{i}");
+    let log = std::fs::File::create(dir.join(format!("member-{i}.log"))).expect("log");
+    Command::new(env!("CARGO_BIN_EXE_fvhost"))
+        .args(["run", "t.toml", "--no-progress", "--state-dir", &state])
+        .args(["--epoch-store", "store"])
+        .current_dir(dir)
+        .env("FVHOST_CACHE_DIR", &cache)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start a member")
+}
+
+/// Three members of one job to its end: events/s (wall, start to end)
+/// and events per CPU-second of the three processes.
+fn three_members(dir: &Path, mock: &TrackedMock, events: u64) -> (f64, f64) {
+    member_topics(mock, "three");
+    let text = topology(
+        "three",
+        events,
+        0,
+        Sinks::Blackhole,
+        &format!(
+            "[cluster]\nbrokers = \"kafka://{}\"\nplacement = \"group\"\nsession_timeout = \"2s\"",
+            mock.brokers()
+        ),
+    );
+    std::fs::write(dir.join("t.toml"), text).expect("write topology");
+    let cpu = children_cpu_seconds();
+    let started = Instant::now();
+    let mut members: Vec<_> = (0..3).map(|i| start_member(dir, i)).collect();
+    for (i, m) in members.iter_mut().enumerate() {
+        if !m.wait().expect("wait").success() {
+            let log = std::fs::read_to_string(dir.join(format!("member-{i}.log")));
+            panic!("member {i} failed: {}", log.unwrap_or_default());
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    (
+        events as f64 / wall,
+        events as f64 / (children_cpu_seconds() - cpu),
+    )
+}
+
+/// Three members on paced input; one (not the coordinator's process, by
+/// its state directory's status) is killed mid-stream and not restarted:
+/// the time from the kill to the first file the next generation commits.
+fn three_members_recovery(dir: &Path, mock: &TrackedMock, round: usize) -> Duration {
+    let name = format!("recover{round}");
+    member_topics(mock, &name);
+    let text = topology(
+        &name,
+        200_000,
+        20_000,
+        Sinks::Files,
+        &format!(
+            "[cluster]\nbrokers = \"kafka://{}\"\nplacement = \"group\"\nsession_timeout = \"2s\"",
+            mock.brokers()
+        ),
+    );
+    std::fs::write(dir.join("t.toml"), text).expect("write topology");
+    let mut members: Vec<_> = (0..3).map(|i| start_member(dir, i)).collect();
+    // Wait until all three run one generation, then a while more.
+    let placed = |i: usize| -> Option<(u64, usize, bool)> {
+        let text = std::fs::read_to_string(dir.join(format!("member-{i}/status.json"))).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let m = &v["member"];
+        Some((
+            m["generation"].as_u64()?,
+            m["placement"].as_object()?.len(),
+            m["coordinator"].as_bool()?,
+        ))
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let victim = loop {
+        let now: Vec<_> = (0..3).map(placed).collect();
+        if let Some(i) = (0..3).find(|i| now[*i].is_some_and(|(_, n, c)| n == 3 && !c)) {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three members never ran together"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    members[victim].kill().expect("SIGKILL");
+    let killed = Instant::now();
+    let _ = members[victim].wait();
+    let before = committed_files(dir);
+    while committed_files(dir) == before {
+        assert!(
+            killed.elapsed() < Duration::from_secs(90),
+            "nothing committed within 90 s of the kill"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = killed.elapsed();
+    for m in &mut members {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+    took
+}
+
 fn main() {
     if broker::tansu_binary().is_none() {
         println!(
@@ -194,12 +328,21 @@ fn main() {
         member.exchange_bytes_per_event,
         member.per_core / plain.per_core
     );
+    // Three members: the mock cluster (tansu 0.6 does not survive the
+    // producers' restarts that forming a group brings).
+    let mock = TrackedMock::untracked();
+    let three_dir = dir.path().join("three");
+    std::fs::create_dir_all(&three_dir).expect("mkdir");
+    let (three, three_per_core) = three_members(&three_dir, &mock, events);
     println!(
-        "{:<34} {:>12} {:>12} {:>16} {:>10}",
-        "3 members", "-", "-", "-", "not yet"
+        "{:<34} {:>12.0} {:>12.0} {:>16} {:>9.2}x",
+        "3 members (mock cluster, group)",
+        three,
+        three_per_core,
+        "-",
+        three_per_core / plain.per_core
     );
     // Recovery: paced input (~10 s) so the member is mid-stream when killed.
-    let mock = TrackedMock::untracked();
     let cluster = format!("kafka://{}", mock.brokers());
     let mut times = Vec::new();
     for round in 0..3 {
@@ -222,14 +365,31 @@ fn main() {
         std::fs::write(run_dir.join("t.toml"), text).expect("write topology");
         times.push(recovery(&run_dir, &cluster, Duration::from_secs(4)));
     }
-    times.sort();
+    let shown = |times: &mut Vec<Duration>| {
+        times.sort();
+        format!(
+            "{} (median {:.2} s)",
+            times
+                .iter()
+                .map(|t| format!("{:.2} s", t.as_secs_f64()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            times[times.len() / 2].as_secs_f64()
+        )
+    };
     println!(
-        "\nfrom a member's SIGKILL to the first row its restart commits (mock cluster, restart at once, 1 s checkpoints): {} (3 runs, median {:.2} s)",
-        times
-            .iter()
-            .map(|t| format!("{:.2} s", t.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(", "),
-        times[1].as_secs_f64()
+        "\nfrom a member's SIGKILL to the first row its restart commits (1 member, mock cluster, restart at once, 1 s checkpoints): {}",
+        shown(&mut times)
+    );
+    let mut times: Vec<Duration> = (0..3)
+        .map(|round| {
+            let run_dir = dir.path().join(format!("recover-three-{round}"));
+            std::fs::create_dir_all(&run_dir).expect("mkdir");
+            three_members_recovery(&run_dir, &mock, round)
+        })
+        .collect();
+    println!(
+        "from one of 3 members' SIGKILL to the first row the next generation commits (the other two, 2 s session timeout, 1 s checkpoints): {}",
+        shown(&mut times)
     );
 }

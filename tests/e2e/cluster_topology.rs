@@ -74,3 +74,27 @@ input = "flagged"
 "#
     )
 }
+
+/// The internal topics of [`topology`] as a job of several members named
+/// `name`, with their partitions: control (one partition per task: bids
+/// 1, cards 1, flagged 2, counts 2, busiest 1, top 1, alerts 1), commands,
+/// acks, and one exchange topic per edge. The mock cluster cannot create
+/// topics, so the tests and the bench make them first.
+pub fn member_topics(name: &str) -> Vec<(String, i32)> {
+    let mut topics = vec![
+        (format!("fv.{name}.control"), 9),
+        (format!("fv.{name}.commands"), 1),
+        (format!("fv.{name}.acks"), 1),
+    ];
+    for (edge, partitions) in [
+        ("bids.cards.1x1", 1),
+        ("cards.counts.1x2", 2),
+        ("cards.flagged.1x2", 2),
+        ("counts.busiest.2x1", 2),
+        ("busiest.top.1x1", 1),
+        ("flagged.alerts.2x1", 2),
+    ] {
+        topics.push((format!("fv.{name}.exchange.{edge}"), partitions));
+    }
+    topics
+}

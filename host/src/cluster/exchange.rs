@@ -23,7 +23,7 @@ use std::time::Duration;
 use crossbeam_channel::{SendError, Sender};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
@@ -49,19 +49,123 @@ const POLL: Duration = Duration::from_millis(100);
 /// bounded edge, as a channel is, not a buffer that grows while a
 /// consumer is slow.
 const MAX_BACKLOG_BYTES: u64 = 4 << 20;
+/// How often a reader commits how far it read, and a writer whose reader
+/// runs on another member looks at it.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
-/// Bytes written to one partition and read back from it by this member.
+/// Bytes written to one partition and read back from it.
 #[derive(Debug, Default)]
 struct Backlog {
     written: AtomicU64,
     read: AtomicU64,
+    /// When another member reads the partition: what its reader has
+    /// committed, against what this writer sent.
+    remote: Option<RemoteRead>,
+}
+
+/// A partition read by another member, seen through the offsets its
+/// reader commits (the commit's metadata names the last record's
+/// generation and sequence number).
+#[derive(Debug, Default)]
+struct RemoteRead {
+    /// The sequence number the reader last committed (this generation's).
+    read_seq: Arc<AtomicU64>,
+    /// (sequence number, bytes written up to it), oldest first.
+    sent: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
 
 impl Backlog {
+    fn remote(read_seq: Arc<AtomicU64>) -> Backlog {
+        Backlog {
+            remote: Some(RemoteRead {
+                read_seq,
+                sent: Default::default(),
+            }),
+            ..Backlog::default()
+        }
+    }
+
+    /// Bytes written and not yet read.
     fn waiting(&self) -> u64 {
+        if let Some(r) = &self.remote {
+            let seen = r.read_seq.load(Ordering::Relaxed);
+            let mut sent = r.sent.lock().unwrap_or_else(|p| p.into_inner());
+            while let Some(&(seq, bytes)) = sent.front() {
+                if seq > seen {
+                    break;
+                }
+                self.read.store(bytes, Ordering::Relaxed);
+                sent.pop_front();
+            }
+        }
         self.written
             .load(Ordering::Relaxed)
             .saturating_sub(self.read.load(Ordering::Relaxed))
+    }
+
+    /// How much may wait before the writer does: less when the reader's
+    /// progress is only seen through its commits (they lag, and a broker
+    /// may keep little per partition: the mock cluster 5 MB).
+    fn limit(&self) -> u64 {
+        match self.remote {
+            Some(_) => MAX_BACKLOG_BYTES / 2,
+            None => MAX_BACKLOG_BYTES,
+        }
+    }
+
+    /// Record `bytes` more written, in the record numbered `seq`.
+    fn wrote(&self, seq: u64, bytes: u64) {
+        let total = self.written.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if let Some(r) = &self.remote {
+            r.sent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back((seq, total));
+        }
+    }
+}
+
+/// The commit metadata of a reader: whose records it read, up to which.
+fn progress_metadata(generation: Generation, seq: u64) -> String {
+    format!("{}:{}:{seq}", generation.number, generation.nonce)
+}
+
+/// The sequence number in `metadata` if it is `generation`'s.
+fn progress_of(metadata: &str, generation: Generation) -> Option<u64> {
+    let mut parts = metadata.split(':');
+    let number: u64 = parts.next()?.parse().ok()?;
+    let nonce: u64 = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    (number == generation.number && nonce == generation.nonce).then_some(seq)
+}
+
+/// Until `done`, read the offsets the readers of `partitions` committed
+/// and publish how far each read (this generation's records only).
+fn watch_remote_reads(
+    consumer: &BaseConsumer,
+    partitions: &[(String, i32, Arc<AtomicU64>)],
+    generation: Generation,
+    done: &std::sync::atomic::AtomicBool,
+) {
+    let mut list = TopicPartitionList::new();
+    for (topic, partition, _) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    while !done.load(Ordering::Relaxed) {
+        match consumer.committed_offsets(list.clone(), ADMIN_TIMEOUT) {
+            Ok(committed) => {
+                for (topic, partition, read) in partitions {
+                    if let Some(seq) = committed
+                        .find_partition(topic, *partition)
+                        .and_then(|e| progress_of(e.metadata(), generation))
+                    {
+                        read.fetch_max(seq, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!("reading exchange readers' progress: {e}"),
+        }
+        std::thread::sleep(PROGRESS_EVERY);
     }
 }
 
@@ -225,6 +329,17 @@ pub struct Exchanges {
     /// members decided (overrides `resume`).
     starts: Option<Offsets>,
     admin: TopicAdmin,
+    /// Partitions this member writes and another reads, with how far
+    /// their readers got.
+    remote_reads: Vec<(String, i32, Arc<AtomicU64>)>,
+    /// Stops the thread that watches them.
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Exchanges {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Exchanges {
@@ -258,6 +373,8 @@ impl Exchanges {
         Ok(Exchanges {
             admin: TopicAdmin::new(settings)?,
             starts: None,
+            remote_reads: Vec::new(),
+            done: Arc::default(),
             settings: settings.clone(),
             topology: topology.to_string(),
             generation,
@@ -327,16 +444,26 @@ impl Exchanges {
     }
 
     /// The sending end of partition (`producer`, `consumer`) of `edge`;
-    /// `bounded` when this member reads the partition too (the writer
-    /// then waits while its reader lags, see [`MAX_BACKLOG_BYTES`]).
+    /// `local` when this member reads the partition too. Either way the
+    /// writer waits while its reader lags (see [`MAX_BACKLOG_BYTES`]),
+    /// seen directly or through the offsets the reader commits.
     pub fn writer(
-        &self,
+        &mut self,
         edge: &ExchangeEdge,
         producer: usize,
         consumer: usize,
-        bounded: bool,
+        local: bool,
     ) -> EdgeSender {
         let partition = edge.partition(producer, consumer);
+        let backlog = match local {
+            true => edge.backlog(partition),
+            false => {
+                let read = Arc::new(AtomicU64::new(0));
+                self.remote_reads
+                    .push((edge.topic.to_string(), partition, Arc::clone(&read)));
+                Arc::new(Backlog::remote(read))
+            }
+        };
         EdgeSender::exchange(ExchangeWriter {
             producer: Arc::clone(&self.producer),
             control: Arc::clone(&self.control),
@@ -347,7 +474,7 @@ impl Exchanges {
             epoch: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             metrics: Arc::clone(&edge.metrics),
-            backlog: bounded.then(|| edge.backlog(partition)),
+            backlog,
         })
     }
 
@@ -373,7 +500,7 @@ impl Exchanges {
         };
         let mut config = self.settings.client_config();
         config
-            .set("group.id", format!("fv.{}.exchange-readers", self.topology))
+            .set("group.id", self.readers_group())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
@@ -456,8 +583,34 @@ impl Exchanges {
 
     /// The readers, to start on their own threads with the coordinator's
     /// acknowledgement channel.
-    pub fn take_readers(&mut self) -> Vec<ExchangeReader> {
-        std::mem::take(&mut self.readers)
+    pub fn take_readers(&mut self) -> Result<Vec<ExchangeReader>, ExchangeError> {
+        if !self.remote_reads.is_empty() {
+            let consumer = self.progress_consumer()?;
+            let partitions = std::mem::take(&mut self.remote_reads);
+            let (generation, done) = (self.generation, Arc::clone(&self.done));
+            std::thread::Builder::new()
+                .name("fv-exchange-progress".into())
+                .spawn(move || watch_remote_reads(&consumer, &partitions, generation, &done))
+                .map_err(ExchangeError::Thread)?;
+        }
+        Ok(std::mem::take(&mut self.readers))
+    }
+
+    /// A client of the readers' group, which commits how far they read.
+    fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
+        self.settings
+            .client_config()
+            .set("group.id", self.readers_group())
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|source| {
+                self.settings
+                    .client_error("creating an exchange progress reader", source)
+            })
+    }
+
+    fn readers_group(&self) -> String {
+        format!("fv.{}.exchange-readers", self.topology)
     }
 }
 
@@ -636,8 +789,8 @@ pub struct ExchangeWriter {
     /// The last record's sequence number.
     seq: AtomicU64,
     metrics: Arc<ExchangeMetrics>,
-    /// What waits in the partition, when this member reads it too.
-    backlog: Option<Arc<Backlog>>,
+    /// What waits in the partition.
+    backlog: Arc<Backlog>,
 }
 
 impl std::fmt::Debug for ExchangeWriter {
@@ -689,11 +842,7 @@ impl ExchangeWriter {
     /// One record of `message`, the partition's next.
     fn produce(&self, message: &Message, epoch: u64, value: &[u8]) -> Result<(), ()> {
         // Backpressure: wait while the partition holds enough unread.
-        while self
-            .backlog
-            .as_ref()
-            .is_some_and(|b| b.waiting() > MAX_BACKLOG_BYTES)
-        {
+        while self.backlog.waiting() > self.backlog.limit() {
             if self.control.has_failed() {
                 return Err(());
             }
@@ -732,9 +881,7 @@ impl ExchangeWriter {
         let bytes = (value.len() + header_bytes.len()) as u64;
         StageMetrics::add(&self.metrics.records_out, 1);
         StageMetrics::add(&self.metrics.bytes_out, bytes);
-        if let Some(backlog) = &self.backlog {
-            StageMetrics::add(&backlog.written, bytes);
-        }
+        self.backlog.wrote(seq, bytes);
         Ok(())
     }
 }
@@ -778,12 +925,22 @@ impl ExchangeReader {
 
     fn read(&self, acks: &Sender<Ack>) -> Result<(), String> {
         let mut filter = PartitionFilter::new(self.generation);
+        let mut committed_at = std::time::Instant::now();
+        // Passed on and not yet committed: (offset past it, its sequence).
+        let mut uncommitted: Option<(i64, u64)> = None;
         loop {
             if self.control.has_failed() {
                 return Ok(());
             }
             let record = match self.consumer.poll(POLL) {
-                None => continue,
+                None => {
+                    // Idle: say how far, or a waiting writer never hears.
+                    if let Some((offset, seq)) = uncommitted.take() {
+                        committed_at = std::time::Instant::now();
+                        self.commit_progress(offset, seq);
+                    }
+                    continue;
+                }
                 Some(Err(e)) => {
                     // The client retries transient broker errors itself.
                     tracing::debug!(topic = %self.topic, "exchange read: {e}");
@@ -846,6 +1003,60 @@ impl ExchangeReader {
                 // The consuming task is gone, or the stream ended.
                 return Ok(());
             }
+            // Passed on: a writer on another member may write more.
+            uncommitted = Some((offset + 1, header.seq));
+            if committed_at.elapsed() >= PROGRESS_EVERY
+                && let Some((offset, seq)) = uncommitted.take()
+            {
+                committed_at = std::time::Instant::now();
+                self.commit_progress(offset, seq);
+            }
         }
+    }
+
+    /// Commit `offset` (just past the last record passed on) with the
+    /// generation and sequence number it carried, for the writer.
+    fn commit_progress(&self, offset: i64, seq: u64) {
+        let mut list = TopicPartitionList::new();
+        let mut element = list.add_partition(&self.topic, self.partition);
+        if element.set_offset(Offset::Offset(offset)).is_err() {
+            return;
+        }
+        element.set_metadata(progress_metadata(self.generation, seq));
+        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+            tracing::debug!(topic = %self.topic, "committing exchange progress: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_reader_frees_what_it_committed_of_this_generation_only() {
+        let generation = Generation {
+            number: 4,
+            nonce: 99,
+        };
+        let read = Arc::new(AtomicU64::new(0));
+        let backlog = Backlog::remote(Arc::clone(&read));
+        for seq in 1..=3 {
+            backlog.wrote(seq, 1000);
+        }
+        assert_eq!(backlog.waiting(), 3000, "nothing read yet");
+        let committed = progress_metadata(generation, 2);
+        read.store(
+            progress_of(&committed, generation).expect("ours"),
+            Ordering::Relaxed,
+        );
+        assert_eq!(backlog.waiting(), 1000, "records 1 and 2 were read");
+        let older = Generation {
+            number: 3,
+            nonce: 99,
+        };
+        assert_eq!(progress_of(&committed, older), None, "another generation's");
+        assert_eq!(progress_of("", generation), None);
+        assert!(backlog.limit() < Backlog::default().limit());
     }
 }

@@ -787,7 +787,7 @@ impl<'a> Launch<'a> {
 
     /// Start a reader thread per exchange partition.
     fn exchange_readers(&mut self, exchanges: &mut Exchanges) -> Result<(), RunError> {
-        for reader in exchanges.take_readers() {
+        for reader in exchanges.take_readers()? {
             self.exchange_partitions += 1;
             let acks = self.acks.clone();
             self.spawn(reader.name(), Box::new(move || reader.run(acks)))?;
