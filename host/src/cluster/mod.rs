@@ -2,28 +2,35 @@
 //! is Kafka (and the epoch store).
 //!
 //! Entry points: [`ClusterSettings`] (`--cluster kafka://host:port` or the
-//! topology's `[cluster]` table), [`exchange::Exchanges`] (the keyed edges
-//! of a run as Kafka topics) and [`record`] (how an in-band message
-//! travels as a record).
+//! topology's `[cluster]` table), [`member::run_as_member`] (a member of a
+//! job of several), [`exchange::Exchanges`] (edges of a run as Kafka
+//! topics) and [`record`] (how an in-band message travels as a record).
 //!
-//! What a member does today: it claims a new [`Generation`] in the epoch
-//! store at every start, and every keyed edge of its topology goes through
-//! an exchange topic instead of memory; barriers, watermarks and the end
-//! of stream travel in the partitions behind the rows, each reader
-//! acknowledges the offset just past every barrier, and the manifest
-//! records those offsets. A restarted member reads each partition from the
-//! offsets of the newest manifest and drops every record of another
-//! generation: what the crashed incarnation wrote after its last committed
+//! Two placements ([`Placement`]). With `All`, one member runs every task
+//! and claims a new [`Generation`] in the epoch store at every start;
+//! every keyed edge goes through an exchange topic. With `Group`, any
+//! number of members share the job ([`member`]): a consumer group places
+//! the tasks ([`membership`]), each rebalance starts a generation agreed
+//! through the epoch store, edges between members go through exchange
+//! topics, and the epoch protocol between them through two control
+//! topics ([`control`]). Either way barriers, watermarks and the end of
+//! stream travel in the partitions behind the rows, each reader
+//! acknowledges the offset just past every barrier, the manifest records
+//! those offsets, and readers drop every record of another generation:
+//! what a crashed or cut-off incarnation wrote after its last committed
 //! epoch is replayed from the sources, never read twice.
 //!
 //! Internal topics (created if absent, never by hand):
-//! `fv.<topology>.exchange.<from>.<to>.<P>x<C>` for the keyed edge from
-//! stage (or source) `from` into stage `to`, with `P × C` partitions: one
+//! `fv.<topology>.exchange.<from>.<to>.<P>x<C>` for an edge through Kafka
+//! from stage (or source) `from` into `to`, with `P × C` partitions: one
 //! per (producing task, consuming task) pair, partition `c·P + p`. One
 //! producer per partition keeps each partition a single ordered stream, so
 //! a reader aligns barriers by pausing a partition, never by buffering.
 //! The layout is in the name, so a changed parallelism gets fresh topics
 //! (the old ones hold nothing a restart needs; delete them at will).
+//! A group's members also use `fv.<topology>.control` (one partition per
+//! task, for placement only), `fv.<topology>.commands` and
+//! `fv.<topology>.acks`.
 //!
 //! This module never decides what an operator does; it only carries
 //! messages between tasks.
