@@ -281,14 +281,15 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
         );
         // Each member's status record shows the generation it ended in,
         // the placement of every task, and who coordinated.
-        let places: Vec<serde_json::Value> = (0..3)
+        let records: Vec<serde_json::Value> = (0..3)
             .map(|i| {
                 let text =
                     std::fs::read_to_string(s.path().join(format!("member-{i}/status.json")))
                         .expect("status record");
-                serde_json::from_str::<serde_json::Value>(&text).expect("json")["member"].clone()
+                serde_json::from_str::<serde_json::Value>(&text).expect("json")
             })
             .collect();
+        let places: Vec<serde_json::Value> = records.iter().map(|r| r["member"].clone()).collect();
         let last = claims.last().expect("a claim").0;
         for p in &places {
             assert_eq!(p["generation"].as_u64(), Some(last), "{p}");
@@ -302,6 +303,16 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
             places.iter().filter(|p| p["coordinator"] == true).count(),
             1,
             "one coordinator: {places:?}"
+        );
+        // The coordinator's record shows the epochs it committed, numbered
+        // in the last generation's range.
+        let coordinator = records
+            .iter()
+            .find(|r| r["member"]["coordinator"] == true)
+            .expect("the coordinator's record");
+        assert!(
+            coordinator["last_committed_epoch"].as_u64() >= Some(last << 20),
+            "{coordinator}"
         );
     }
 }

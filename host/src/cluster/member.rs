@@ -260,17 +260,20 @@ pub fn run_as_member(
 
 /// Until `done`: fail the run when the membership changes (unless the
 /// job's final epoch is committed: members leaving then are finishing),
-/// and pass a stop request on.
+/// pass a stop request on, and show the generation's checkpoints in the
+/// process's control (its status record outlives the generation).
 fn watch(
     group: &Membership,
     changes: u64,
     member: &MemberRun,
     control: &RunControl,
-    stop: &RunControl,
+    process: &RunControl,
     done: &AtomicBool,
 ) {
-    while !done.load(Ordering::SeqCst) {
-        if stop.stop_requested() && !control.stop_requested() {
+    let mut shown = 0;
+    loop {
+        let finished = done.load(Ordering::SeqCst);
+        if process.stop_requested() && !control.stop_requested() {
             control.request_stop();
         }
         if group.changes() != changes && !member.finished.load(Ordering::SeqCst) {
@@ -278,6 +281,21 @@ fn watch(
                 "the job's membership changed (a member joined, left, or missed its session timeout): generation {} ends, and its members go on in the next one",
                 member.generation.number
             ));
+        }
+        let fresh: Vec<_> = control
+            .checkpoints()
+            .into_iter()
+            .filter(|c| c.epoch > shown)
+            .collect();
+        for c in fresh {
+            shown = c.epoch;
+            match c.error {
+                None => process.committed(c.epoch, c.duration_micros, c.bytes, c.state_bytes),
+                Some(e) => process.checkpoint_failed(c.epoch, c.duration_micros, e),
+            }
+        }
+        if finished {
+            return;
         }
         std::thread::sleep(LOOK);
     }
