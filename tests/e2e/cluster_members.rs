@@ -347,6 +347,13 @@ fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
         "the paused coordinator's late writes were dropped by generation\n{}",
         logs(s.path())
     );
+    // And it said why it stopped: it had been gone past its session.
+    let its_log = std::fs::read_to_string(s.path().join(format!("member-{coordinator}-0.log")))
+        .expect("the paused member's log");
+    assert!(
+        its_log.contains("was unresponsive for") && its_log.contains("session timeout (2.0 s)"),
+        "{its_log}"
+    );
 }
 
 #[test]

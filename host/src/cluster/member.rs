@@ -45,6 +45,8 @@ pub struct MemberJob {
     pub topology: String,
     /// SHA-256 of the topology file.
     pub digest: String,
+    /// SHA-256 over every plugin reference and its component's digest.
+    pub plugins_digest: String,
     /// Tasks of the job (partitions of the control topic).
     pub tasks: usize,
     /// Every internal topic a round may use, with its partitions.
@@ -86,6 +88,14 @@ impl MemberJob {
         MemberJob {
             settings: settings.clone(),
             digest: plan.topology.digest.clone(),
+            plugins_digest: {
+                use sha2::Digest;
+                let mut h = sha2::Sha256::new();
+                for (reference, plugin) in &plan.plugins {
+                    h.update(format!("{reference}={}\n", plugin.digest));
+                }
+                hex::encode(h.finalize())
+            },
             tasks: crate::runtime::job_tasks(plan).len(),
             task_names: crate::runtime::job_tasks(plan)
                 .into_iter()
@@ -162,6 +172,7 @@ pub fn run_as_member(
             tasks: assignment.tasks.iter().copied().collect(),
             floor,
             topology_digest: job.digest.clone(),
+            plugins_digest: job.plugins_digest.clone(),
         }
         .write(store, assignment.round)?;
         let round = Round {
@@ -221,8 +232,9 @@ pub fn run_as_member(
         };
         let control = Arc::new(RunControl::default());
         let done = Arc::new(AtomicBool::new(false));
+        let session = job.settings.session_timeout;
         let result = std::thread::scope(|scope| {
-            scope.spawn(|| watch(group, changes, &member, &control, stop, &done));
+            scope.spawn(|| watch(group, changes, &member, &control, stop, session, &done));
             let result = attempt(&member, Arc::clone(&control));
             done.store(true, Ordering::SeqCst);
             result
@@ -261,18 +273,33 @@ pub fn run_as_member(
 /// Until `done`: fail the run when the membership changes (unless the
 /// job's final epoch is committed: members leaving then are finishing),
 /// pass a stop request on, and show the generation's checkpoints in the
-/// process's control (its status record outlives the generation).
+/// process's control (its status record outlives the generation). A
+/// member that was itself unresponsive for longer than its session
+/// timeout (paused, swapped out) says so: the others have moved on.
 fn watch(
     group: &Membership,
     changes: u64,
     member: &MemberRun,
     control: &RunControl,
     process: &RunControl,
+    session_timeout: Duration,
     done: &AtomicBool,
 ) {
     let mut shown = 0;
+    let mut looked = Instant::now();
     loop {
         let finished = done.load(Ordering::SeqCst);
+        let gap = looked.elapsed();
+        looked = Instant::now();
+        if gap > session_timeout && !member.finished.load(Ordering::SeqCst) {
+            let why = format!(
+                "this member was unresponsive for {:.1} s, longer than its session timeout ({:.1} s): the group has moved its tasks to the other members, and what it wrote since is dropped; if its machine is overloaded, give [cluster] session_timeout more room",
+                gap.as_secs_f64(),
+                session_timeout.as_secs_f64()
+            );
+            tracing::warn!("{why}");
+            control.fail(why);
+        }
         if process.stop_requested() && !control.stop_requested() {
             control.request_stop();
         }
@@ -329,9 +356,10 @@ impl Round<'_> {
         } = *self;
         let deadline = Instant::now() + job.round_timeout();
         let coordinates = assignment.tasks.contains(&0);
-        let previous_digest = Generation::read(store, floor)?
-            .and_then(|(_, r)| r)
-            .map(|r| r.topology_digest);
+        let previous = Generation::read(store, floor)?.and_then(|(_, r)| r);
+        let previous = previous
+            .as_ref()
+            .map(|r| (r.topology_digest.as_str(), r.plugins_digest.as_str()));
         loop {
             if group.changes() != changes {
                 return Ok(Agreement::Changed);
@@ -342,8 +370,9 @@ impl Round<'_> {
                 .collect();
             let placement = cover(&reports, job.tasks);
             if let Some(members) = &placement {
-                refuse_odd_digest(job, &reports, previous_digest.as_deref())?;
-                if coordinates && reports.iter().all(|r| r.topology_digest == job.digest) {
+                refuse_odd_digest(job, &reports, previous)?;
+                let mine: Identity<'_> = (&job.digest, &job.plugins_digest);
+                if coordinates && reports.iter().all(|r| identity_of(r) == mine) {
                     return self.claim(members);
                 }
             }
@@ -424,6 +453,7 @@ impl Round<'_> {
             members: members.clone(),
             resume,
             topology_digest: job.digest.clone(),
+            plugins_digest: job.plugins_digest.clone(),
             starts,
         };
         let generation = Generation::claim_round(store, &round)?;
@@ -451,32 +481,53 @@ fn cover(reports: &[RoundReport], tasks: usize) -> Option<BTreeMap<String, Vec<u
     })
 }
 
-/// Refuse to run when this member's topology is not the job's: the job's
-/// is the previous generation's if a member still runs it, else the
-/// coordinator's (the owner of task 0).
+/// What must be the same on every member: (topology digest, plugins
+/// digest).
+type Identity<'a> = (&'a str, &'a str);
+
+fn identity_of(r: &RoundReport) -> Identity<'_> {
+    (&r.topology_digest, &r.plugins_digest)
+}
+
+/// Refuse to run when this member's topology or plugins are not the
+/// job's: the job's are the previous generation's if a member still runs
+/// them, else the coordinator's (the owner of task 0).
 fn refuse_odd_digest(
     job: &MemberJob,
     reports: &[RoundReport],
-    previous: Option<&str>,
+    previous: Option<Identity<'_>>,
 ) -> Result<(), RunError> {
-    if reports.iter().all(|r| r.topology_digest == job.digest) {
+    let mine: Identity<'_> = (&job.digest, &job.plugins_digest);
+    if reports.iter().all(|r| identity_of(r) == mine) {
         return Ok(());
     }
     let coordinator = reports
         .iter()
         .find(|r| r.tasks.contains(&0))
-        .map(|r| r.topology_digest.as_str());
-    let reference = previous
-        .filter(|p| reports.iter().any(|r| r.topology_digest == *p))
+        .map(identity_of);
+    let Some(reference) = previous
+        .filter(|p| reports.iter().any(|r| identity_of(r) == *p))
         .or(coordinator)
-        .unwrap_or_default();
-    if job.digest == reference {
+    else {
+        return Ok(());
+    };
+    if mine == reference {
         // The odd member refuses itself and leaves; the next round goes on.
         return Ok(());
     }
+    let what = match mine.0 == reference.0 {
+        false => format!(
+            "this member's topology file (digest {}) is not the one the job's other members run (digest {})",
+            mine.0, reference.0
+        ),
+        true => format!(
+            "this member's plugins (digest {}) are not the ones the job's other members run (digest {})",
+            mine.1, reference.1
+        ),
+    };
     Err(RunError::Refused(format!(
-        "this member's topology file (digest {}) is not the one the job's other members run (digest {reference}): every member of `{}` must run the same topology file",
-        job.digest, job.topology
+        "{what}: every member of `{}` must run the same topology file and plugins",
+        job.topology
     )))
 }
 
@@ -490,6 +541,7 @@ mod tests {
             tasks: tasks.to_vec(),
             floor: 3,
             topology_digest: digest.into(),
+            plugins_digest: "p".into(),
         }
     }
 
@@ -515,17 +567,34 @@ mod tests {
             settings: ClusterSettings::from_address("kafka://h:1").expect("address"),
             topology: "t".into(),
             digest: digest.into(),
+            plugins_digest: "p".into(),
             tasks: 2,
             topics: Vec::new(),
             task_names: Vec::new(),
         };
         let reports = [report("a", &[0], "old"), report("b", &[1], "new")];
         // The previous generation ran "old": "new" is the odd one.
-        assert!(refuse_odd_digest(&job("old"), &reports, Some("old")).is_ok());
-        let e = refuse_odd_digest(&job("new"), &reports, Some("old"))
+        let old = Some(("old", "p"));
+        assert!(refuse_odd_digest(&job("old"), &reports, old).is_ok());
+        let e = refuse_odd_digest(&job("new"), &reports, old)
             .expect_err("refused")
             .to_string();
         assert!(e.contains("digest new") && e.contains("digest old"), "{e}");
+        // Same file, other plugins: the plugins' digests are named.
+        let mut other_plugins = job("old");
+        other_plugins.plugins_digest = "q".into();
+        let both = [report("a", &[0], "old"), {
+            let mut r = report("b", &[1], "old");
+            r.plugins_digest = "q".into();
+            r
+        }];
+        let e = refuse_odd_digest(&other_plugins, &both, old)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("plugins (digest q)") && e.contains("(digest p)"),
+            "{e}"
+        );
         // No previous generation: the coordinator's (task 0's) wins.
         assert!(refuse_odd_digest(&job("old"), &reports, None).is_ok());
         assert!(refuse_odd_digest(&job("new"), &reports, None).is_err());

@@ -59,6 +59,9 @@ pub struct JobRound {
     pub resume: Option<u64>,
     /// SHA-256 of the topology file the coordinator runs.
     pub topology_digest: String,
+    /// SHA-256 over its plugin references and their components' digests.
+    #[serde(default)]
+    pub plugins_digest: String,
     /// Where every reader starts, per topic and partition: the ends of the
     /// exchange and control topics before any task of this generation ran.
     pub starts: BTreeMap<String, BTreeMap<i32, i64>>,
@@ -181,6 +184,9 @@ pub struct RoundReport {
     pub floor: u64,
     /// SHA-256 of the member's topology file.
     pub topology_digest: String,
+    /// SHA-256 over its plugin references and their components' digests.
+    #[serde(default)]
+    pub plugins_digest: String,
 }
 
 impl RoundReport {
