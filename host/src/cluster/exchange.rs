@@ -125,6 +125,10 @@ impl Backlog {
     }
 }
 
+/// A partition this member writes and another member reads: how far its
+/// reader got (sequence number), and the edge's counters.
+type RemotePartition = (String, i32, Arc<AtomicU64>, Arc<ExchangeMetrics>);
+
 /// The commit metadata of a reader: whose records it read, up to which.
 fn progress_metadata(generation: Generation, seq: u64) -> String {
     format!("{}:{}:{seq}", generation.number, generation.nonce)
@@ -143,23 +147,24 @@ fn progress_of(metadata: &str, generation: Generation) -> Option<u64> {
 /// and publish how far each read (this generation's records only).
 fn watch_remote_reads(
     consumer: &BaseConsumer,
-    partitions: &[(String, i32, Arc<AtomicU64>)],
+    partitions: &[RemotePartition],
     generation: Generation,
     done: &std::sync::atomic::AtomicBool,
 ) {
     let mut list = TopicPartitionList::new();
-    for (topic, partition, _) in partitions {
+    for (topic, partition, _, _) in partitions {
         list.add_partition(topic, *partition);
     }
     while !done.load(Ordering::Relaxed) {
         match consumer.committed_offsets(list.clone(), ADMIN_TIMEOUT) {
             Ok(committed) => {
-                for (topic, partition, read) in partitions {
+                for (topic, partition, read, metrics) in partitions {
                     if let Some(seq) = committed
                         .find_partition(topic, *partition)
                         .and_then(|e| progress_of(e.metadata(), generation))
                     {
-                        read.fetch_max(seq, Ordering::Relaxed);
+                        let before = read.fetch_max(seq, Ordering::Relaxed);
+                        StageMetrics::add(&metrics.read_of_ours, seq.saturating_sub(before));
                     }
                 }
             }
@@ -239,6 +244,9 @@ pub struct ExchangeMetrics {
     dropped: AtomicU64,
     /// Records written twice (a retried request), dropped on read.
     duplicates: AtomicU64,
+    /// Records this member wrote that their reader passed on: a reader
+    /// here counts them, one on another member is seen by its commits.
+    read_of_ours: AtomicU64,
 }
 
 /// One exchange topic in the status record.
@@ -262,7 +270,8 @@ pub struct ExchangeStatus {
     pub records_in: u64,
     /// Bytes read of this generation.
     pub bytes_in: u64,
-    /// Records written, not yet read back (this member's view).
+    /// Records this member wrote that their reader has not passed on yet
+    /// (a reader on another member as far as its committed progress shows).
     pub lag: u64,
     /// Records of other generations dropped on read: a crashed
     /// incarnation's uncommitted tail, or a fenced member's late writes.
@@ -285,7 +294,7 @@ impl ExchangeMetrics {
             bytes_out: get(&self.bytes_out),
             records_in: get(&self.records_in),
             bytes_in: get(&self.bytes_in),
-            lag: get(&self.records_out).saturating_sub(get(&self.records_in)),
+            lag: get(&self.records_out).saturating_sub(get(&self.read_of_ours)),
             dropped_other_generations: get(&self.dropped),
             duplicates_dropped: get(&self.duplicates),
         }
@@ -331,7 +340,7 @@ pub struct Exchanges {
     admin: TopicAdmin,
     /// Partitions this member writes and another reads, with how far
     /// their readers got.
-    remote_reads: Vec<(String, i32, Arc<AtomicU64>)>,
+    remote_reads: Vec<RemotePartition>,
     /// Stops the thread that watches them.
     done: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -436,6 +445,7 @@ impl Exchanges {
                 bytes_in: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 duplicates: AtomicU64::new(0),
+                read_of_ours: AtomicU64::new(0),
             }),
             topic: Arc::from(topic.as_str()),
             producers,
@@ -459,8 +469,12 @@ impl Exchanges {
             true => edge.backlog(partition),
             false => {
                 let read = Arc::new(AtomicU64::new(0));
-                self.remote_reads
-                    .push((edge.topic.to_string(), partition, Arc::clone(&read)));
+                self.remote_reads.push((
+                    edge.topic.to_string(),
+                    partition,
+                    Arc::clone(&read),
+                    Arc::clone(&edge.metrics),
+                ));
                 Arc::new(Backlog::remote(read))
             }
         };
@@ -479,13 +493,15 @@ impl Exchanges {
     }
 
     /// Read partition (`producer`, `consumer`) of `edge` into `out` once
-    /// the readers start.
+    /// the readers start. `writer_here`: the partition's writer runs in
+    /// this member (what the reader passes on counts as its records read).
     pub fn reader(
         &mut self,
         edge: &ExchangeEdge,
         producer: usize,
         consumer: usize,
         out: EdgeSender,
+        writer_here: bool,
     ) -> Result<(), ExchangeError> {
         let partition = edge.partition(producer, consumer);
         let resumed = match &self.starts {
@@ -545,6 +561,7 @@ impl Exchanges {
             metrics: Arc::clone(&edge.metrics),
             control: Arc::clone(&self.control),
             backlog: edge.backlog(partition),
+            writer_here,
         });
         Ok(())
     }
@@ -896,6 +913,8 @@ pub struct ExchangeReader {
     metrics: Arc<ExchangeMetrics>,
     control: Arc<RunControl>,
     backlog: Arc<Backlog>,
+    /// The partition's writer runs in this member.
+    writer_here: bool,
 }
 
 impl ExchangeReader {
@@ -982,6 +1001,9 @@ impl ExchangeReader {
             let bytes = (value.len() + super::record::HEADER_LEN) as u64;
             StageMetrics::add(&self.backlog.read, bytes);
             StageMetrics::add(&self.metrics.records_in, 1);
+            if self.writer_here {
+                StageMetrics::add(&self.metrics.read_of_ours, 1);
+            }
             StageMetrics::add(&self.metrics.bytes_in, bytes);
             let message = match header.control() {
                 Some(m) => m,
@@ -999,8 +1021,12 @@ impl ExchangeReader {
                 });
             }
             let end = matches!(message, Message::EndOfStream);
-            if self.out.send(message).is_err() || end {
-                // The consuming task is gone, or the stream ended.
+            if self.out.send(message).is_err() {
+                // The consuming task is gone.
+                return Ok(());
+            }
+            if end {
+                self.commit_progress(offset + 1, header.seq);
                 return Ok(());
             }
             // Passed on: a writer on another member may write more.

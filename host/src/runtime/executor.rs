@@ -540,7 +540,7 @@ fn wire_edges(
                             wiring.exchange_pairs += 1;
                             let reads = owned.has(consumer, c);
                             if reads {
-                                ex.reader(edge, p, c, local)?;
+                                ex.reader(edge, p, c, local, owned.has(input, p))?;
                             }
                             senders.push(ex.writer(edge, p, c, reads));
                         }
