@@ -138,6 +138,76 @@ pub fn plugin_ipc(data: &[u8]) {
     }
 }
 
+/// Fuzz bytes as the body of a compressed batch → [`crate::ipc::decode_batch`]:
+/// whatever a compressed buffer holds or claims (the first byte picks LZ4
+/// or ZSTD, the rest replaces the body of a valid compressed stream of a
+/// sample batch), the host refuses it without inflating anything.
+pub fn plugin_ipc_compressed(data: &[u8]) {
+    expect_guarded_panics();
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let codec = if selector & 1 == 0 {
+        arrow::ipc::CompressionType::LZ4_FRAME
+    } else {
+        arrow::ipc::CompressionType::ZSTD
+    };
+    let sample = RecordBatch::try_from_iter(vec![(
+        "n",
+        std::sync::Arc::new(arrow::array::Int64Array::from(vec![1i64, 2, 3]))
+            as arrow::array::ArrayRef,
+    )])
+    .expect("sample batch");
+    let stream = encode_compressed(&sample, codec);
+    // Framing: schema message, batch message (metadata, then body), end.
+    let Some((meta_start, meta_end)) = second_message(&stream) else {
+        return;
+    };
+    let mut bytes = stream[..meta_end].to_vec();
+    let old_body = arrow::ipc::root_as_message(&stream[meta_start..meta_end])
+        .map(|m| m.bodyLength() as usize)
+        .unwrap_or(0);
+    let mut body = body.to_vec();
+    body.resize(old_body, 0);
+    bytes.extend_from_slice(&body);
+    bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+    assert!(
+        crate::ipc::decode_batch(bytes).is_err(),
+        "a compressed batch was decoded"
+    );
+}
+
+/// The metadata range of a stream's second message (continuation framing).
+fn second_message(stream: &[u8]) -> Option<(usize, usize)> {
+    let len = |at: usize| -> Option<usize> {
+        let b = stream.get(at + 4..at + 8)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    let first = len(0)?;
+    let first_body = arrow::ipc::root_as_message(stream.get(8..8 + first)?)
+        .ok()?
+        .bodyLength() as usize;
+    let at = 8 + first + first_body;
+    let second = len(at)?;
+    Some((at + 8, at + 8 + second))
+}
+
+/// `batch` as an IPC stream whose buffers are compressed with `codec`
+/// (what no SDK writes; the fuzzers' and the tests' hostile input).
+pub fn encode_compressed(batch: &RecordBatch, codec: arrow::ipc::CompressionType) -> Vec<u8> {
+    use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(codec))
+        .expect("arrow is built with LZ4 and ZSTD");
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::try_new_with_options(&mut out, batch.schema_ref(), options)
+        .expect("a stream writer");
+    writer.write(batch).expect("write");
+    writer.finish().expect("finish");
+    drop(writer);
+    out
+}
+
 /// The fuzzers' panic hook aborts, even on a panic that is caught later.
 /// Arrow's IPC readers panic on some malformed input, and
 /// `crate::ipc::guarded` turns those panics into errors: let them pass.
@@ -289,6 +359,7 @@ mod tests {
     const TARGETS: &[Target] = &[
         ("topology", topology),
         ("plugin_ipc", plugin_ipc),
+        ("plugin_ipc_compressed", plugin_ipc_compressed),
         ("manifest", manifest),
         ("plugin_metadata", plugin_metadata),
     ];
@@ -424,6 +495,24 @@ mod tests {
             "schema".to_string(),
             crate::ipc::encode_schema(&batch.schema()).expect("encode"),
         ));
+        for (codec, name) in [
+            (arrow::ipc::CompressionType::LZ4_FRAME, "batch-lz4"),
+            (arrow::ipc::CompressionType::ZSTD, "batch-zstd"),
+        ] {
+            seeds.push((
+                "plugin_ipc",
+                name.to_string(),
+                encode_compressed(&batch, codec),
+            ));
+        }
+        // A compressed buffer claiming 1751093230692205568 bytes (the
+        // allocation that aborted the host), and an LZ4 frame of zeros.
+        let mut claim = vec![0u8];
+        claim.extend_from_slice(&1_751_093_230_692_205_568i64.to_le_bytes());
+        seeds.push(("plugin_ipc_compressed", "exabytes".to_string(), claim));
+        let mut zstd_claim = vec![1u8];
+        zstd_claim.extend_from_slice(&(1i64 << 40).to_le_bytes());
+        seeds.push(("plugin_ipc_compressed", "zstd-tib".to_string(), zstd_claim));
         let empty = RecordBatch::try_new_with_options(
             Arc::new(Schema::empty()),
             vec![],

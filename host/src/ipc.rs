@@ -2,6 +2,14 @@
 //! call (schema message, at most one batch, end marker).
 //!
 //! The only copies of row data in the host happen here.
+//!
+//! Streams from plugins are read without compression: a compressed buffer
+//! states the length it inflates to and arrow allocates that length before
+//! inflating (1.7 EiB from a 648-byte stream: an allocation failure aborts
+//! the process), and even an honest LZ4 stream of 4 MB can inflate to 1 GiB
+//! in the host from a plugin capped at 64 MiB. No SDK compresses, so a
+//! compressed message is refused before anything is decoded
+//! ([`refuse_compression`]).
 
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -42,6 +50,7 @@ pub fn encode_schema(schema: &Schema) -> Result<Vec<u8>, ArrowError> {
 /// type they do not know, a missing child, a buffer past the body):
 /// `guarded` turns those panics into errors.
 pub fn decode_batch(bytes: Vec<u8>) -> Result<RecordBatch, ArrowError> {
+    refuse_compression(&bytes)?;
     guarded(|| {
         let mut buffer = Buffer::from(bytes);
         let mut decoder = StreamDecoder::new();
@@ -58,6 +67,7 @@ pub fn decode_batch(bytes: Vec<u8>) -> Result<RecordBatch, ArrowError> {
 
 /// Decode the schema of a stream (read as [`decode_batch`] reads).
 pub fn decode_schema(bytes: &[u8]) -> Result<SchemaRef, ArrowError> {
+    refuse_compression(bytes)?;
     guarded(|| {
         let mut buffer = Buffer::from(bytes);
         let mut decoder = StreamDecoder::new();
@@ -68,6 +78,60 @@ pub fn decode_schema(bytes: &[u8]) -> Result<SchemaRef, ArrowError> {
             None => outcome.and(Err(no_schema())),
         }
     })
+}
+
+/// Refuse a stream any of whose batches (record or dictionary) is
+/// compressed, reading only the messages' framing and metadata, the way
+/// [`StreamDecoder`] frames them: an optional continuation marker, a
+/// 32-bit metadata length (0 ends the stream), the flatbuffer metadata,
+/// then the body of the length it states. A stream that cannot be framed
+/// to its end the same way is left to the decoder, which fails on it at
+/// the same place (every message it decodes was seen here first).
+pub fn refuse_compression(bytes: &[u8]) -> Result<(), ArrowError> {
+    const CONTINUATION: [u8; 4] = [0xff; 4];
+    let word = |at: usize| -> Option<u32> {
+        let b = bytes.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let mut at = 0usize;
+    while let Some(mut size) = word(at) {
+        at += 4;
+        if size.to_le_bytes() == CONTINUATION {
+            let Some(next) = word(at) else { break };
+            size = next;
+            at += 4;
+        }
+        if size == 0 {
+            break;
+        }
+        let Some(meta) = at
+            .checked_add(size as usize)
+            .and_then(|end| bytes.get(at..end))
+        else {
+            break;
+        };
+        let Ok(message) = arrow::ipc::root_as_message(meta) else {
+            break;
+        };
+        let compressed = message
+            .header_as_record_batch()
+            .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()))
+            .and_then(|batch| batch.compression());
+        if let Some(compression) = compressed {
+            return Err(ArrowError::IpcError(format!(
+                "the stream's batches are compressed ({:?}); compressed Arrow IPC is not accepted from plugins (its stated sizes are allocated before they can be checked): write batches uncompressed, as the SDKs do",
+                compression.codec()
+            )));
+        }
+        let Ok(body) = usize::try_from(message.bodyLength()) else {
+            break;
+        };
+        match (at + meta.len()).checked_add(body) {
+            Some(next) if next <= bytes.len() => at = next,
+            _ => break,
+        }
+    }
+    Ok(())
 }
 
 /// Check what arrow's reader does not: that every column's type is one an
@@ -286,6 +350,73 @@ mod tests {
             "{err}"
         );
         assert!(!in_guarded_read());
+    }
+
+    /// An LZ4 bomb: 128 MiB of zeros in a stream of under 1 MiB. The
+    /// host never inflates what a plugin sends (a 4 MB stream inflated
+    /// to 1 GiB in the host of a plugin capped at 64 MiB).
+    #[test]
+    fn compressed_streams_are_refused_before_anything_is_inflated() {
+        let zeros = RecordBatch::try_from_iter(vec![(
+            "z",
+            Arc::new(arrow::array::Int64Array::from(vec![0i64; 16 << 20]))
+                as arrow::array::ArrayRef,
+        )])
+        .expect("batch");
+        for codec in [
+            arrow::ipc::CompressionType::LZ4_FRAME,
+            arrow::ipc::CompressionType::ZSTD,
+        ] {
+            let bomb = crate::fuzzing::encode_compressed(&zeros, codec);
+            assert!(bomb.len() < 1 << 20, "{codec:?}: {} bytes", bomb.len());
+            let err = decode_batch(bomb.clone()).expect_err("a compressed stream");
+            assert!(err.to_string().contains("compressed"), "{err}");
+            // Its schema alone is readable: the schema message is never
+            // compressed, and a schema is all `decode_schema` reads.
+            assert!(
+                decode_schema(&bomb).is_err(),
+                "the batch after it is refused too"
+            );
+        }
+    }
+
+    /// The crafted stream of the report: a compressed buffer whose length
+    /// prefix claims 1751093230692205568 bytes. arrow allocated that and
+    /// the allocation failure aborted the host (every topology of a
+    /// `serve` process with it); now the stream is refused unread.
+    #[test]
+    fn a_compressed_buffer_claiming_exabytes_is_refused_not_allocated() {
+        let mut bytes =
+            crate::fuzzing::encode_compressed(&int_batch(), arrow::ipc::CompressionType::LZ4_FRAME);
+        let batch_message = messages(&bytes)[1];
+        let (body_start, first_buffer) = {
+            let meta = &bytes[batch_message.0..batch_message.1];
+            let message = arrow::ipc::root_as_message(meta).expect("message");
+            let buffers = message
+                .header_as_record_batch()
+                .and_then(|b| b.buffers())
+                .expect("buffers");
+            let first = buffers.iter().find(|b| b.length() > 0).expect("a buffer");
+            (batch_message.1, first.offset() as usize)
+        };
+        let at = body_start + first_buffer;
+        bytes[at..at + 8].copy_from_slice(&1_751_093_230_692_205_568i64.to_le_bytes());
+        let err = decode_batch(bytes).expect_err("refused");
+        assert!(err.to_string().contains("LZ4_FRAME"), "{err}");
+    }
+
+    /// Framing the scan cannot follow (lengths past the end, garbage
+    /// metadata) is left to the decoder, which fails on it; an honest
+    /// uncompressed stream passes the scan untouched.
+    #[test]
+    fn the_compression_scan_passes_what_it_cannot_frame_to_the_decoder() {
+        let good = encode_batch(&int_batch()).expect("encode");
+        assert!(refuse_compression(&good).is_ok());
+        for cut in [0, 3, 4, 7, 9, good.len() / 2, good.len() - 1] {
+            assert!(refuse_compression(&good[..cut]).is_ok(), "cut at {cut}");
+        }
+        assert!(refuse_compression(&[0xff; 64]).is_ok());
+        assert!(decode_batch(vec![0xff; 64]).is_err());
     }
 
     /// Found by the `plugin_ipc` fuzz target: a stream whose schema has a

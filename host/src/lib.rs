@@ -29,6 +29,7 @@ pub mod epoch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ipc;
+pub mod logging;
 pub mod plugin;
 pub mod registry;
 pub mod runtime;

@@ -183,6 +183,16 @@ fn a_js_step_is_packaged_published_resolved_and_runs() {
     assert_price_filter_output(&s);
 }
 
+/// A throw in a batch `Step` isolates the rows it throws on, as a Rust
+/// step's trap does (it failed the whole run).
+#[test]
+fn a_js_batch_step_that_throws_on_some_rows_has_exactly_those_dead_lettered() {
+    let wasm = build("tests/plugins/poison_batch.js", "step");
+    assert_exactly_the_poison_rows_are_dead_lettered(&wasm, |seq| {
+        format!("Error: seq {seq} is poison (at poison_batch.js:")
+    });
+}
+
 #[test]
 fn a_js_step_that_throws_on_some_rows_has_exactly_those_dead_lettered() {
     let wasm = build("tests/plugins/poison_rows.js", "step");

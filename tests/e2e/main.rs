@@ -19,6 +19,7 @@ mod failure_paths;
 mod file_splits;
 mod guest_output;
 mod guest_sdk;
+mod hostile_plugins;
 mod js;
 mod kafka;
 mod keyed_step;

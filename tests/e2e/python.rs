@@ -219,6 +219,16 @@ fn a_python_step_that_raises_on_some_rows_has_exactly_those_dead_lettered() {
     });
 }
 
+/// An exception in a batch `Step` isolates the rows it raises on, as a
+/// Rust step's trap does (it failed the whole run).
+#[test]
+fn a_python_batch_step_that_raises_on_some_rows_has_exactly_those_dead_lettered() {
+    let wasm = build("tests/plugins/poison_batch.py", "step");
+    assert_exactly_the_poison_rows_are_dead_lettered(&wasm, |seq| {
+        format!("ValueError: seq {seq} is poison (at poison_batch.py:")
+    });
+}
+
 #[test]
 fn a_python_source_runs_resumes_and_rejects_records() {
     let s = Scratch::new();

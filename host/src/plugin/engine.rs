@@ -59,6 +59,7 @@ impl PluginEngine {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| load_error("(linker)", e))?;
         super::call_budget::link(&mut linker).map_err(|e| load_error("(linker)", e))?;
+        super::write_grant::link(&mut linker).map_err(|e| load_error("(linker)", e))?;
         bindings::log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| load_error("(linker)", e))?;
         bindings::v0_3::log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)

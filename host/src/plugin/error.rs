@@ -3,6 +3,32 @@
 
 use std::fmt;
 
+/// The most of one plugin-supplied message (an error, a bad row's reason,
+/// a log line) the host keeps: what it stores, counts, logs and writes
+/// to the status record. The rest is dropped, and the drop said.
+pub const MAX_PLUGIN_MESSAGE_BYTES: usize = 4 << 10;
+
+/// A message a plugin handed over, as the host keeps it: at most
+/// [`MAX_PLUGIN_MESSAGE_BYTES`] (cut at a character boundary, the number
+/// of bytes dropped appended), control characters escaped so that no
+/// plugin text can pass for a line of the host's own log (`\n` becomes
+/// the two characters `\` `n`).
+pub fn plugin_text(message: &str) -> String {
+    let mut end = message.len().min(MAX_PLUGIN_MESSAGE_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let kept = &message[..end];
+    let mut out = super::guest_output::printable(kept.as_bytes(), false);
+    if end < message.len() {
+        out.push_str(&format!(
+            " … [{} more bytes of this message not kept]",
+            message.len() - end
+        ));
+    }
+    out
+}
+
 /// Why a plugin call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureKind {
@@ -73,5 +99,32 @@ impl PluginError {
             self.kind,
             FailureKind::Trap | FailureKind::Timeout | FailureKind::MemoryLimit
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_messages_are_cut_and_cannot_forge_log_lines() {
+        let huge = "é".repeat(10 << 20);
+        let kept = plugin_text(&huge);
+        assert!(
+            kept.len() < MAX_PLUGIN_MESSAGE_BYTES + 100,
+            "{}",
+            kept.len()
+        );
+        assert!(
+            kept.ends_with("more bytes of this message not kept]"),
+            "{kept}"
+        );
+        let forged = plugin_text("bad value\nERROR the run failed: FORGED host line\x1b[2J");
+        assert!(
+            !forged.contains('\n') && !forged.contains('\x1b'),
+            "{forged}"
+        );
+        assert!(forged.contains("\\nERROR"), "{forged}");
+        assert_eq!(plugin_text("plain"), "plain");
     }
 }

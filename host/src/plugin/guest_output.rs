@@ -1,6 +1,7 @@
-//! What a plugin prints: its WASI stdout and stderr, turned into log
-//! records tagged with the plugin and the task, and the last few KiB of its
-//! stderr, kept for trap reports.
+//! What a plugin prints: its WASI stdout and stderr, and the lines it
+//! logs through the `log` import, turned into log records tagged with the
+//! plugin and the task; and the last few KiB of its stderr, kept for trap
+//! reports.
 //!
 //! Each line a guest writes becomes one `tracing` record (target
 //! `fvhost::plugin`; stdout at info, stderr at warn) with the fields
@@ -8,7 +9,9 @@
 //! rate-limited per task (a token bucket of [`LINES_PER_SECOND`] with
 //! bursts of [`BURST_LINES`], shared by the instances a task re-creates
 //! after traps); the lines held back are counted and reported once lines
-//! flow again, or when the task ends.
+//! flow again, or when the task ends. A line logged through the `log`
+//! import goes through the same cut, escaping and bucket: it is one line
+//! whatever it holds (a `\n` inside it is escaped, never a line of its own).
 //!
 //! This module owns the guest's two output streams. It must never write to
 //! the host's stdout (stdout-sink's rows go there), never block, fail or
@@ -60,6 +63,8 @@ enum Record {
     /// One line of guest output (sanitised, at most [`MAX_LINE_BYTES`]
     /// plus a note of what was cut).
     Line(Stream, String),
+    /// One line logged through the `log` import, at its level.
+    Logged(tracing::Level, String),
     /// This many lines were held back by the rate limit.
     Suppressed(u64),
 }
@@ -138,6 +143,21 @@ impl OutputBudget {
             Record::Line(Stream::Stderr, text) => {
                 tracing::warn!(target: "fvhost::plugin", plugin, task, stream = "stderr", "{text}")
             }
+            Record::Logged(level, text) => match level {
+                tracing::Level::TRACE => {
+                    tracing::trace!(target: "fvhost::plugin", plugin, task, "{text}")
+                }
+                tracing::Level::DEBUG => {
+                    tracing::debug!(target: "fvhost::plugin", plugin, task, "{text}")
+                }
+                tracing::Level::INFO => {
+                    tracing::info!(target: "fvhost::plugin", plugin, task, "{text}")
+                }
+                tracing::Level::WARN => {
+                    tracing::warn!(target: "fvhost::plugin", plugin, task, "{text}")
+                }
+                _ => tracing::error!(target: "fvhost::plugin", plugin, task, "{text}"),
+            },
             Record::Suppressed(n) => tracing::warn!(
                 target: "fvhost::plugin",
                 plugin,
@@ -243,6 +263,24 @@ impl Streams {
         self.tail.extend(bytes);
     }
 
+    /// One line the guest logged through the `log` import at `level`.
+    fn logged(
+        &mut self,
+        level: tracing::Level,
+        message: &str,
+        now: Instant,
+        log: &mut impl FnMut(Record),
+    ) {
+        let mut line = LineBuffer::default();
+        line.push(message.as_bytes());
+        let text = line.take();
+        let mut bucket = self.budget.bucket();
+        bucket.refill(now);
+        if bucket.admit(log) {
+            log(Record::Logged(level, text));
+        }
+    }
+
     /// Log what is left of unfinished lines (the instance is going away).
     fn finish(&mut self, log: &mut impl FnMut(Record)) {
         let mut bucket = self.budget.bucket();
@@ -313,6 +351,20 @@ impl GuestOutput {
         });
     }
 
+    /// A line the guest logged through the `log` import.
+    /// Lines below the log's level are not counted: a plugin that logs at
+    /// debug in a loop costs only the filter's check.
+    pub(crate) fn logged(&self, level: tracing::Level, message: &str) {
+        if !log_enabled(level) {
+            return;
+        }
+        let mut streams = self.lock();
+        let budget = Arc::clone(&streams.budget);
+        streams.logged(level, message, Instant::now(), &mut |record| {
+            budget.log(record)
+        });
+    }
+
     /// The end of what the guest wrote to stderr (at most
     /// [`STDERR_TAIL_BYTES`], trimmed), for a trap report; `None` when it
     /// wrote nothing but whitespace.
@@ -346,10 +398,21 @@ impl GuestOutput {
     }
 }
 
+/// Whether a plugin's log line at `level` would be written at all.
+fn log_enabled(level: tracing::Level) -> bool {
+    match level {
+        tracing::Level::TRACE => tracing::enabled!(target: "fvhost::plugin", tracing::Level::TRACE),
+        tracing::Level::DEBUG => tracing::enabled!(target: "fvhost::plugin", tracing::Level::DEBUG),
+        tracing::Level::INFO => tracing::enabled!(target: "fvhost::plugin", tracing::Level::INFO),
+        tracing::Level::WARN => tracing::enabled!(target: "fvhost::plugin", tracing::Level::WARN),
+        _ => tracing::enabled!(target: "fvhost::plugin", tracing::Level::ERROR),
+    }
+}
+
 /// `line` as log text: lossy UTF-8, and control characters (which could
 /// forge log lines or drive a terminal) escaped; newlines kept only if
 /// `multiline`.
-fn printable(line: &[u8], multiline: bool) -> String {
+pub(crate) fn printable(line: &[u8], multiline: bool) -> String {
     let text = String::from_utf8_lossy(line);
     let keep = |c: char| !c.is_control() || c == '\t' || (multiline && c == '\n');
     if text.chars().all(keep) {
@@ -579,6 +642,49 @@ mod tests {
         small.write(Stream::Stderr, b"  oops\n");
         small.write(Stream::Stdout, b"not stderr\n");
         assert_eq!(small.stderr_tail().as_deref(), Some("oops"));
+    }
+
+    fn logged(s: &mut Streams, message: &str, now: Instant) -> Vec<Record> {
+        let mut records = Vec::new();
+        s.logged(tracing::Level::ERROR, message, now, &mut |r| {
+            records.push(r)
+        });
+        records
+    }
+
+    /// The `log` import: one line per call whatever it holds (no line of
+    /// the host's can be forged), cut like output lines, and under the
+    /// same rate limit as the task's stdout and stderr.
+    #[test]
+    fn logged_lines_are_escaped_cut_and_rate_limited_with_the_output() {
+        let mut s = streams();
+        let t0 = Instant::now();
+        let forged = logged(&mut s, "ok\nERROR the run failed: FORGED host line", t0);
+        match &forged[..] {
+            [Record::Logged(_, text)] => {
+                assert!(!text.contains('\n'), "{text}");
+                assert!(text.contains("ok\\nERROR"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let huge = logged(&mut s, &"y".repeat(16 << 20), t0);
+        match &huge[..] {
+            [Record::Logged(_, text)] => assert!(text.len() < MAX_LINE_BYTES + 100),
+            other => panic!("{other:?}"),
+        }
+        // The bucket is shared with the output streams: 30,000 lines at
+        // once log the burst, no more.
+        let mut lines = 2;
+        for _ in 0..30_000 {
+            lines += logged(&mut s, "spam", t0).len();
+        }
+        lines += write(&mut s, Stream::Stderr, b"and a stderr line\n", t0).len();
+        assert_eq!(lines, BURST_LINES as usize);
+        let later = logged(&mut s, "later", t0 + Duration::from_secs(1));
+        assert!(
+            matches!(&later[..], [Record::Suppressed(n), Record::Logged(..)] if *n == 30_001 - (BURST_LINES as u64 - 2)),
+            "{later:?}"
+        );
     }
 
     #[test]

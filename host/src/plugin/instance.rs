@@ -20,7 +20,7 @@ use wasmtime::component::ResourceAny;
 use super::bindings::{self, types};
 use super::catalog::LoadedPlugin;
 use super::engine::{PluginEngine, TICK};
-use super::error::{FailureKind, PluginError};
+use super::error::{FailureKind, PluginError, plugin_text};
 use super::guest_output::OutputBudget;
 use super::sandbox::{HostState, SandboxPolicy};
 use crate::ipc;
@@ -138,7 +138,7 @@ impl Sandbox {
         super::usage::record_call(&self.plugin.metadata.name, cpu);
         match result {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(message)) => Err(self.reported(message).in_call(name)),
+            Ok(Err(message)) => Err(self.reported(plugin_text(&message)).in_call(name)),
             Err(e) => Err(self.classify(e).in_call(name)),
         }
         .and_then(|r| self.within_budget(name).map(|()| r))
@@ -147,11 +147,31 @@ impl Sandbox {
     /// A call that returned, but only after a wait of it was cut off at
     /// its budget, overran its `call_timeout` all the same: it fails (the
     /// guest may not have reached an epoch check to trap at).
+    ///
+    /// So does a call that returned after its budget by the clock, however
+    /// it got there (a host call that blocked, a guest between two epoch
+    /// checks): its result is not used, so no plugin can outlast its
+    /// `call_timeout` and have its answer accepted.
     fn within_budget(&self, name: &'static str) -> Result<(), PluginError> {
-        match self.blocked_past_budget() {
-            None => Ok(()),
-            Some(e) => Err(e.in_call(name)),
+        if let Some(e) = self.blocked_past_budget() {
+            return Err(e.in_call(name));
         }
+        let timeout = self.policy.call_timeout;
+        if let Some(deadline) = self.store.data().call_deadline {
+            let now = std::time::Instant::now();
+            if now > deadline {
+                let took = now.saturating_duration_since(deadline) + timeout;
+                return Err(self
+                    .error(
+                        FailureKind::Timeout,
+                        format!(
+                            "a call took {took:.1?}, longer than its call_timeout of {timeout:?}; its result was not used"
+                        ),
+                    )
+                    .in_call(name));
+            }
+        }
+        Ok(())
     }
 
     /// The failure of a call one of whose waits was cut off at its budget.
@@ -205,9 +225,9 @@ impl Sandbox {
             return self.error(
                 FailureKind::MemoryLimit,
                 format!(
-                    "it tried to grow its memory to {} MiB, over its memory_limit of {} MiB",
-                    desired >> 20,
-                    self.policy.memory_limit >> 20
+                    "it asked to grow its memory to {}, over its memory_limit of {}",
+                    crate::topology::format_size(desired as u64),
+                    crate::topology::format_size(self.policy.memory_limit as u64)
                 ),
             );
         }
@@ -247,8 +267,8 @@ impl Sandbox {
 
 fn rejection(e: types::ConfigError) -> ConfigRejection {
     ConfigRejection {
-        key: e.key,
-        message: e.message,
+        key: e.key.map(|k| plugin_text(&k)),
+        message: plugin_text(&e.message),
     }
 }
 
@@ -641,9 +661,8 @@ impl SourceInstance {
                 })?;
                 if batch.schema_ref().fields() != self.declared.fields() {
                     return Err(self.sandbox.reported(format!(
-                        "sent a batch whose schema {} differs from its declared schema {}",
-                        batch.schema(),
-                        self.declared
+                        "sent a batch that differs from its declared schema: {}",
+                        schema_difference(&self.declared, batch.schema_ref())
                     )));
                 }
                 let batch = match &self.host_projection {
@@ -662,8 +681,8 @@ impl SourceInstance {
                         .into_iter()
                         .map(|r| RejectedRecord {
                             split: r.split,
-                            location: r.location,
-                            reason: r.reason,
+                            location: plugin_text(&r.location),
+                            reason: plugin_text(&r.reason),
                             content: r.content,
                         })
                         .collect(),
@@ -1184,9 +1203,8 @@ impl StepInstance {
         })?;
         if out.schema_ref().fields() != self.output.fields() {
             return Err(self.sandbox.reported(format!(
-                "returned a batch with schema {} but declared {}",
-                out.schema(),
-                self.output
+                "returned a batch that differs from its declared output schema: {}",
+                schema_difference(&self.output, out.schema_ref())
             )));
         }
         Ok(out)
@@ -1218,6 +1236,7 @@ impl StepInstance {
                 .map(step_output_from_0_3)
                 .map_err(process_error_from_0_3),
         };
+        self.sandbox.within_budget("process")?;
         let output = match result {
             Ok(output) => output,
             Err(ProcessError::BadRows(rows)) => {
@@ -1230,14 +1249,16 @@ impl StepInstance {
                             batch.num_rows()
                         )));
                     }
-                    bad.push((row, r.message));
+                    bad.push((row, plugin_text(&r.message)));
                 }
                 if bad.is_empty() {
                     return Err(self.sandbox.reported("reported bad rows but named none"));
                 }
                 return Ok(StepReply::BadRows(bad));
             }
-            Err(ProcessError::Failed(message)) => return Err(self.sandbox.reported(message)),
+            Err(ProcessError::Failed(message)) => {
+                return Err(self.sandbox.reported(plugin_text(&message)));
+            }
         };
         let rows = match output {
             StepOutput::Keep(bits) => {
@@ -1351,6 +1372,60 @@ impl OpenError {
 }
 
 /// `seq: Int64, word: Utf8` — a schema as messages show it.
+/// How `returned` differs from `declared`, column by column: the columns
+/// it has that were not declared, those it lacks, those of another type or
+/// nullability, or (when all match) that their order differs.
+fn schema_difference(declared: &Schema, returned: &Schema) -> String {
+    let mut said = Vec::new();
+    for field in returned.fields() {
+        match declared.field_with_name(field.name()) {
+            Err(_) => said.push(format!(
+                "column `{}` ({}) is not declared",
+                field.name(),
+                field.data_type()
+            )),
+            Ok(d) if d.data_type() != field.data_type() => said.push(format!(
+                "column `{}` is {} but declared {}",
+                field.name(),
+                field.data_type(),
+                d.data_type()
+            )),
+            Ok(d) if d.is_nullable() != field.is_nullable() => said.push(format!(
+                "column `{}` is {} but declared {}",
+                field.name(),
+                if field.is_nullable() {
+                    "nullable"
+                } else {
+                    "not nullable"
+                },
+                if d.is_nullable() {
+                    "nullable"
+                } else {
+                    "not nullable"
+                }
+            )),
+            Ok(d) if d.metadata() != field.metadata() => said.push(format!(
+                "column `{}` carries other field metadata than declared",
+                field.name()
+            )),
+            Ok(_) => {}
+        }
+    }
+    for field in declared.fields() {
+        if returned.field_with_name(field.name()).is_err() {
+            said.push(format!("declared column `{}` is missing", field.name()));
+        }
+    }
+    if said.is_empty() {
+        said.push(format!(
+            "its columns are in another order ({}; declared: {})",
+            columns_and_types(returned),
+            columns_and_types(declared)
+        ));
+    }
+    said.join("; ")
+}
+
 fn columns_and_types(schema: &Schema) -> String {
     schema
         .fields()
@@ -1429,5 +1504,39 @@ impl From<(String, Vec<u8>)>
 {
     fn from((split, position): (String, Vec<u8>)) -> Self {
         Self { split, position }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+
+    /// A returned batch that differs from the declared schema is told
+    /// column by column, not as two schema dumps.
+    #[test]
+    fn a_schema_mistake_names_the_columns() {
+        let declared = Schema::new(vec![
+            Field::new("price", DataType::Int64, false),
+            Field::new("eur", DataType::Float64, true),
+        ]);
+        let returned = Schema::new(vec![
+            Field::new("price", DataType::Utf8, false),
+            Field::new("surprise", DataType::Int64, false),
+        ]);
+        assert_eq!(
+            schema_difference(&declared, &returned),
+            "column `price` is Utf8 but declared Int64; column `surprise` (Int64) is not declared; declared column `eur` is missing"
+        );
+        let swapped = Schema::new(vec![declared.field(1).clone(), declared.field(0).clone()]);
+        assert!(schema_difference(&declared, &swapped).contains("another order"));
+        let nullable = Schema::new(vec![
+            Field::new("price", DataType::Int64, true),
+            declared.field(1).clone(),
+        ]);
+        assert_eq!(
+            schema_difference(&declared, &nullable),
+            "column `price` is nullable but declared not nullable"
+        );
     }
 }

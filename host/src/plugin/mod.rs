@@ -29,12 +29,13 @@ pub mod project;
 mod sandbox;
 pub mod trial;
 pub mod usage;
+mod write_grant;
 
 pub use capabilities::{CAPABILITIES, check_declared_capabilities, undeclared_grants};
 pub use catalog::{Catalog, FIRST_PARTY, LoadedPlugin};
 pub use config_schema::{ConfigSchema, ConfigViolation};
 pub use engine::PluginEngine;
-pub use error::{FailureKind, PluginError};
+pub use error::{FailureKind, MAX_PLUGIN_MESSAGE_BYTES, PluginError, plugin_text};
 pub use grant_hint::missing_grant_hint;
 pub use instance::{
     BadRow, ColumnFilter, Comparison, ConfigRejection, Literal, OpenError, RejectedRecord,

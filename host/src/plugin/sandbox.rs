@@ -200,21 +200,17 @@ impl WasiView for HostState {
 }
 
 impl log::Host for HostState {
+    /// Through the task's output budget, like its stdout and stderr: cut,
+    /// escaped, rate-limited, and never blocking the call.
     fn log(&mut self, level: log::Level, message: String) {
-        let (plugin, task) = (&self.plugin, &self.task);
-        match level {
-            log::Level::Trace => {
-                tracing::trace!(target: "fvhost::plugin", plugin, task, "{message}")
-            }
-            log::Level::Debug => {
-                tracing::debug!(target: "fvhost::plugin", plugin, task, "{message}")
-            }
-            log::Level::Info => tracing::info!(target: "fvhost::plugin", plugin, task, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "fvhost::plugin", plugin, task, "{message}"),
-            log::Level::Error => {
-                tracing::error!(target: "fvhost::plugin", plugin, task, "{message}")
-            }
-        }
+        let level = match level {
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
+        };
+        self.output.logged(level, &message);
     }
 }
 

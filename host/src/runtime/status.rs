@@ -198,6 +198,8 @@ pub struct Heartbeat {
     control: Arc<RunControl>,
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Its entry in [`abandon_running`]'s list.
+    id: u64,
 }
 
 impl Heartbeat {
@@ -217,7 +219,9 @@ impl Heartbeat {
             control,
             done: Arc::new(AtomicBool::new(false)),
             thread: None,
+            id: 0,
         };
+        beat.id = beat.register();
         // The previous run's checkpoints (a failed one, say) stay visible.
         if let Ok(before) = read(state_dir) {
             beat.control.continue_history(before.checkpoints);
@@ -263,6 +267,45 @@ impl Heartbeat {
         beat
     }
 
+    /// Register this run with [`abandon_running`].
+    fn register(&self) -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (path, topology, started, metrics, control, done) = (
+            self.path.clone(),
+            self.topology.clone(),
+            self.started_at_ms,
+            self.metrics.clone(),
+            Arc::clone(&self.control),
+            Arc::clone(&self.done),
+        );
+        let abandon: Abandon = Box::new(move |why: &str| {
+            done.store(true, Ordering::Relaxed);
+            let mut r = record(
+                &topology,
+                started,
+                &metrics,
+                &control,
+                RunState::Failed,
+                Some(why.to_string()),
+            );
+            r.finished_at_ms = Some(r.heartbeat_at_ms);
+            write_record(&path, &r);
+        });
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, abandon));
+        id
+    }
+
+    fn unregister(&self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(id, _)| *id != self.id);
+    }
+
     fn write(&self, state: RunState, error: Option<String>) {
         let mut r = record(
             &self.topology,
@@ -280,11 +323,18 @@ impl Heartbeat {
 
     /// Stop beating and write the final record.
     pub fn finish(mut self, state: RunState, error: Option<String>) {
+        self.unregister();
         self.done.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         self.write(state, error);
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.unregister();
     }
 }
 
@@ -359,9 +409,59 @@ fn write_record(path: &Path, record: &StatusRecord) {
 }
 
 /// Read the status record of a state directory.
+///
+/// A record still RUNNING whose process is gone (killed, or aborted before
+/// it could write its end) reads as FAILED, saying so: a reader is never
+/// told that a dead run runs.
 pub fn read(state_dir: &Path) -> std::io::Result<StatusRecord> {
     let bytes = std::fs::read(status_path(state_dir))?;
-    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    let mut record: StatusRecord = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+    if record.state == RunState::Running
+        && record.pid != std::process::id()
+        && !process_runs(record.pid)
+    {
+        record.state = RunState::Failed;
+        record.finished_at_ms = Some(record.heartbeat_at_ms);
+        record.error = Some(format!(
+            "its process (pid {}) ended without writing a final status (killed or aborted) after its last heartbeat; run it again to resume from its last checkpoint",
+            record.pid
+        ));
+    }
+    Ok(record)
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn process_runs(pid: u32) -> bool {
+    let Ok(pid_t) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        return stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X');
+    }
+    if Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(pid_t, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Final writers of the runs of this process still RUNNING.
+type Abandon = Box<dyn Fn(&str) + Send>;
+
+static RUNNING: std::sync::Mutex<Vec<(u64, Abandon)>> = std::sync::Mutex::new(Vec::new());
+
+/// Write every run of this process that is still RUNNING as FAILED with
+/// `why`: for an exit that will not let them finish (a second Ctrl-C).
+pub fn abandon_running(why: &str) {
+    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    for (_, abandon) in running.iter() {
+        abandon(why);
+    }
 }
 
 /// A source `nums` and a sink `out` joined by one edge of one channel of

@@ -20,7 +20,15 @@
 //! The table is bounded by a byte limit (keys, values and timers with a
 //! fixed overhead per entry); a change that would pass it is refused and
 //! the refusal remembered, so the stage stops even if the plugin ignores
-//! the error. It never does I/O and never calls the plugin.
+//! the error. What the table keeps *beside* its entries is bounded by the
+//! same limit: the open call's journal (a `put` or `set-timer` that would
+//! take it past the limit is refused like one that would take the state
+//! past it; a delete, cancel or fired timer moves into it only what it
+//! frees), and the changes tracked for the next delta (keys live now, or
+//! in the last snapshot: a key added and removed between two snapshots
+//! is forgotten). So a task's keyed state holds at most about three times
+//! its `state_limit`, whatever the plugin does. It never does I/O and
+//! never calls the plugin.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -58,7 +66,8 @@ const ENTRY_OVERHEAD: usize = 64;
 /// A change that would take the table past its limit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the keyed state of this task would grow past its state_limit of {limit} bytes ({used} bytes used, {wanted} more wanted); raise `state_limit` on the stage, or keep less per key"
+    "the keyed state of this task would grow past its state_limit of {limit} bytes ({used} bytes used{journal}, {wanted} more wanted); raise `state_limit` on the stage, or keep less per key",
+    journal = if *in_journal { " by the undo journal of this one call: it changed that much state" } else { "" }
 )]
 pub struct StateLimitExceeded {
     /// The limit in bytes.
@@ -67,6 +76,9 @@ pub struct StateLimitExceeded {
     pub used: usize,
     /// Bytes the change needed.
     pub wanted: usize,
+    /// The journal of the open call would pass the limit (it keeps every
+    /// value the call replaced), not the state itself.
+    pub in_journal: bool,
 }
 
 /// Why a snapshot could not be read back into the table.
@@ -93,6 +105,8 @@ pub struct KeyedState {
     refused: Option<StateLimitExceeded>,
     /// Changes of the open call, oldest first (`None`: no call open).
     journal: Option<Vec<Undo>>,
+    /// Bytes the journal holds (counted like entries).
+    journal_bytes: usize,
     /// Keys whose value changed since the last saved snapshot, and whether
     /// they had one then.
     changed_values: HashMap<Box<[u8]>, bool>,
@@ -124,6 +138,7 @@ impl KeyedState {
             limit,
             refused: None,
             journal: None,
+            journal_bytes: 0,
             changed_values: HashMap::new(),
             generation: 0,
             removed_timers: Vec::new(),
@@ -170,19 +185,46 @@ impl KeyedState {
         self.values.get(key).map(|v| v.as_ref())
     }
 
-    fn admit(&mut self, add: usize, free: usize) -> Result<(), StateLimitExceeded> {
+    /// Take `add` bytes more and `free` fewer for the table, and `undo`
+    /// more for the open call's journal (if one is open), or refuse.
+    fn admit(&mut self, add: usize, free: usize, undo: usize) -> Result<(), StateLimitExceeded> {
         let after = self.bytes.saturating_sub(free).saturating_add(add);
-        if add > free && after > self.limit {
-            let refusal = StateLimitExceeded {
+        let journal = self.journal.is_some();
+        let refusal = if add > free && after > self.limit {
+            Some(StateLimitExceeded {
                 limit: self.limit,
                 used: self.bytes,
                 wanted: add - free,
-            };
+                in_journal: false,
+            })
+        } else if journal && self.journal_bytes.saturating_add(undo) > self.limit {
+            Some(StateLimitExceeded {
+                limit: self.limit,
+                used: self.journal_bytes,
+                wanted: undo,
+                in_journal: true,
+            })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
             self.refused.get_or_insert_with(|| refusal.clone());
             return Err(refusal);
         }
         self.bytes = after;
+        if journal {
+            self.journal_bytes += undo;
+        }
         Ok(())
+    }
+
+    /// Record `undo` in the open call's journal, if one is open, counting
+    /// `cost` bytes (already admitted, or freed from the table).
+    fn journal(&mut self, undo: Undo, cost: usize) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(undo);
+            self.journal_bytes += cost;
+        }
     }
 
     /// Keep `value` for `key`.
@@ -192,23 +234,31 @@ impl KeyedState {
             .get(key)
             .map(|v| value_cost(key, v))
             .unwrap_or(0);
-        self.admit(value_cost(key, value), old)?;
+        // The journal keeps the replaced value (or notes there was none).
+        let undo = if old > 0 { old } else { value_cost(key, &[]) };
+        self.admit(value_cost(key, value), old, undo)?;
         self.value_changes(key, old > 0);
         let previous = self.values.insert(key.into(), value.into());
-        if let Some(journal) = &mut self.journal {
-            journal.push(Undo::Value(key.into(), previous));
-        }
+        self.journal(Undo::Value(key.into(), previous), 0);
         Ok(())
     }
 
     /// Forget the value of `key`.
     pub fn delete(&mut self, key: &[u8]) {
         if let Some(previous) = self.values.remove(key) {
-            self.value_changes(key, true);
-            self.bytes = self.bytes.saturating_sub(value_cost(key, &previous));
-            if let Some(journal) = &mut self.journal {
-                journal.push(Undo::Value(key.into(), Some(previous)));
+            // A key that was not in the last snapshot and is gone again
+            // is in no delta: forget it, so that adding and removing keys
+            // between snapshots cannot grow what is tracked.
+            match self.changed_values.get(key) {
+                Some(false) => {
+                    self.changed_values.remove(key);
+                }
+                Some(true) => {}
+                None => self.value_changes(key, true),
             }
+            let cost = value_cost(key, &previous);
+            self.bytes = self.bytes.saturating_sub(cost);
+            self.journal(Undo::Value(key.into(), Some(previous)), cost);
         }
     }
 
@@ -232,11 +282,9 @@ impl KeyedState {
         if self.timers.contains_key(&entry) {
             return Ok(());
         }
-        self.admit(timer_cost(key), 0)?;
+        self.admit(timer_cost(key), 0, timer_cost(key))?;
         self.timers.insert(entry, self.generation);
-        if let Some(journal) = &mut self.journal {
-            journal.push(Undo::Timer(time, key.into(), true));
-        }
+        self.journal(Undo::Timer(time, key.into(), true), 0);
         Ok(())
     }
 
@@ -244,11 +292,10 @@ impl KeyedState {
     pub fn cancel_timer(&mut self, key: &[u8], time: i64) {
         let entry = (time, Box::<[u8]>::from(key));
         if let Some(((_, key), generation)) = self.timers.remove_entry(&entry) {
-            self.bytes = self.bytes.saturating_sub(timer_cost(&key));
+            let cost = timer_cost(&key);
+            self.bytes = self.bytes.saturating_sub(cost);
             self.timer_removed(time, &key, generation);
-            if let Some(journal) = &mut self.journal {
-                journal.push(Undo::Timer(time, key, false));
-            }
+            self.journal(Undo::Timer(time, key, false), cost);
         }
     }
 
@@ -265,10 +312,9 @@ impl KeyedState {
                 break;
             };
             self.timer_removed(time, &key, generation);
-            self.bytes = self.bytes.saturating_sub(timer_cost(&key));
-            if let Some(journal) = &mut self.journal {
-                journal.push(Undo::Timer(time, key.clone(), false));
-            }
+            let cost = timer_cost(&key);
+            self.bytes = self.bytes.saturating_sub(cost);
+            self.journal(Undo::Timer(time, key.clone(), false), cost);
             due.push((key, time));
         }
         due
@@ -277,11 +323,13 @@ impl KeyedState {
     /// Start recording a call's changes.
     pub fn begin(&mut self) {
         self.journal = Some(Vec::new());
+        self.journal_bytes = 0;
     }
 
     /// Keep the changes of the open call.
     pub fn commit(&mut self) {
         self.journal = None;
+        self.journal_bytes = 0;
     }
 
     /// Undo the changes of the open call, newest first.
@@ -289,6 +337,7 @@ impl KeyedState {
         let Some(journal) = self.journal.take() else {
             return;
         };
+        self.journal_bytes = 0;
         for undo in journal.into_iter().rev() {
             match undo {
                 Undo::Value(key, previous) => {
@@ -504,6 +553,76 @@ mod tests {
                 .collect(),
             state.timers.keys().map(|(t, k)| (*t, k.to_vec())).collect(),
         )
+    }
+
+    /// Re-putting one key with an 8 MiB value inside one call kept every
+    /// replaced value in the journal (the host grew at ~1 GB/s with a
+    /// 16 MiB state_limit): the journal counts against the limit.
+    #[test]
+    fn a_call_that_replaces_a_value_in_a_loop_is_refused_at_the_limit() {
+        let mut state = KeyedState::new(16 << 20);
+        let value = vec![7u8; 8 << 20];
+        state.begin();
+        let mut puts = 0;
+        let refusal = loop {
+            match state.put(b"k", &value) {
+                Ok(()) => puts += 1,
+                Err(refusal) => break refusal,
+            }
+            assert!(puts < 10, "never refused");
+        };
+        assert!(refusal.in_journal, "{refusal}");
+        assert!(refusal.to_string().contains("undo journal"), "{refusal}");
+        assert!(state.journal_bytes <= 16 << 20);
+        assert_eq!(state.take_refusal(), Some(refusal));
+        state.rollback();
+        assert!(state.get(b"k").is_none(), "the call is undone");
+        assert_eq!((state.bytes(), state.journal_bytes), (0, 0));
+    }
+
+    /// `put(k, "")` + `delete(k)` of distinct 1 MiB keys: across calls the
+    /// live state stays empty and nothing is tracked for the next delta
+    /// (the host grew to 4.5 GB); inside one call, the journal is refused
+    /// at the limit.
+    #[test]
+    fn keys_added_and_removed_between_snapshots_are_not_tracked() {
+        let mut state = KeyedState::new(16 << 20);
+        for i in 0..200u32 {
+            let mut key = vec![0u8; 1 << 20];
+            key[..4].copy_from_slice(&i.to_be_bytes());
+            state.begin();
+            state.put(&key, b"").expect("put");
+            state.delete(&key);
+            state.commit();
+        }
+        assert_eq!(state.bytes(), 0);
+        assert!(
+            state.changed_values.is_empty(),
+            "{}",
+            state.changed_values.len()
+        );
+        // A key of the last snapshot removed is tracked (the delta says so).
+        state.put(b"kept", b"v").expect("put");
+        state.mark_saved();
+        state.delete(b"kept");
+        assert_eq!(state.changed_values.len(), 1);
+        // One call doing the same for 100 keys: refused at 16 MiB of journal.
+        state.begin();
+        let mut refused = None;
+        for i in 0..100u32 {
+            let mut key = vec![1u8; 1 << 20];
+            key[..4].copy_from_slice(&i.to_be_bytes());
+            if let Err(e) = state.put(&key, b"") {
+                refused = Some(e);
+                break;
+            }
+            state.delete(&key);
+        }
+        let refused = refused.expect("refused");
+        assert!(refused.in_journal, "{refused}");
+        assert!(state.journal_bytes <= (16 << 20) + (2 << 20));
+        state.rollback();
+        assert_eq!(state.bytes(), 0);
     }
 
     /// The live state of two tasks against their chains (a full snapshot

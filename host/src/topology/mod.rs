@@ -20,7 +20,9 @@ use std::time::Duration;
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
 pub use raw::Confinement;
 pub use stateful::{JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec};
-pub use units::{parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size};
+pub use units::{
+    format_size, parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size,
+};
 
 use crate::plugin::SandboxPolicy;
 

@@ -81,9 +81,38 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
+/// `bytes` as a person reads a size: the unit `parse_size` takes back
+/// when exact (`64MiB`), else two decimals and the exact byte count
+/// (`64.06 MiB (67174400 bytes)`), so two sizes that differ never read
+/// the same.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size {
+            if bytes % size == 0 {
+                return format!("{}{unit}", bytes / size);
+            }
+            return format!("{:.2} {unit} ({bytes} bytes)", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_back_exactly_or_with_their_bytes() {
+        assert_eq!(format_size(64 << 20), "64MiB");
+        assert_eq!(parse_size(&format_size(64 << 20)), Ok(64 << 20));
+        assert_eq!(
+            format_size((64 << 20) + 65536),
+            "64.06 MiB (67174400 bytes)"
+        );
+        assert_eq!(format_size(3 << 30), "3GiB");
+        assert_eq!(format_size(1500), "1.46 KiB (1500 bytes)");
+        assert_eq!(format_size(12), "12 bytes");
+    }
 
     #[test]
     fn durations_and_sizes() {

@@ -11,7 +11,7 @@
 // translate between the `fv:plugin` WIT types and these classes.
 
 import { ConfigError } from './config.js';
-import { fromRows, rows as batchRows } from './batch.js';
+import { fromRows, rows as batchRows, take } from './batch.js';
 
 /** Where the plugin instance runs. */
 export class TaskContext {
@@ -83,15 +83,52 @@ export class BadRows extends Error {
 }
 
 /**
- * The batch failed as a whole; the stage fails with this message. (Any
- * other error thrown by `process` does the same, with its name, message
- * and where it was thrown.)
+ * The batch failed as a whole; the stage fails with this message.
+ *
+ * Any other error thrown by `process` is taken as poison data, the way a
+ * Rust step's trap is: the SDK calls `process` again on halves of the
+ * batch to find the rows it throws on, and those rows go to the
+ * dead-letter output with the error (name, message, where); the rest
+ * flows on. If it throws on every row of a batch of several, or on no
+ * row alone, the batch fails as a whole with that error.
  */
 export class ProcessError extends Error {
   constructor(message) {
     super(message);
     this.name = 'ProcessError';
   }
+}
+
+/**
+ * The rows of `batch` on which `process` throws (it threw `error` on the
+ * whole batch), found by bisection: each as a `RowError` with what
+ * `process` threw on that row alone.
+ * @param {(batch: any) => unknown} process
+ * @param {any} batch
+ * @param {unknown} error
+ * @returns {RowError[]}
+ */
+export function raisingRows(process, batch, error) {
+  const bad = [];
+  const search = (rows, thrown) => {
+    if (thrown === undefined) {
+      try {
+        process(take(batch, rows));
+        return;
+      } catch (e) {
+        thrown = e;
+      }
+    }
+    if (rows.length === 1) {
+      bad.push(new RowError(rows[0], describeError(thrown)));
+      return;
+    }
+    const mid = rows.length >> 1;
+    search(rows.slice(0, mid), undefined);
+    search(rows.slice(mid), undefined);
+  };
+  search([...Array(batch.numRows).keys()], error);
+  return bad;
 }
 
 /**

@@ -14,7 +14,7 @@ import { parseConfig } from './config.js';
 import { fromColumns, rows as batchRows, take } from './batch.js';
 import { emptyBatch, readBatch, readSchema, writeBatch } from './ipc.js';
 import { setLogSink } from './log.js';
-import { BadRows, describeError, FINISHED, IDLE, PollBatch, ProcessError, TaskContext } from './plugin.js';
+import { BadRows, describeError, FINISHED, IDLE, PollBatch, ProcessError, raisingRows, TaskContext } from './plugin.js';
 
 const TASK = new TaskContext('test', 'plugin', 0, 1);
 
@@ -86,7 +86,15 @@ export function runStep(cls, config, input, { task = TASK } = {}) {
       const sent = readBatch(writeBatch(project(batch, names)));
       let kind, bytes;
       try {
-        [kind, bytes] = adapt.stepOutput(step.process(sent), sent.numRows);
+        try {
+          [kind, bytes] = adapt.stepOutput(step.process(sent), sent.numRows);
+        } catch (e) {
+          if (e instanceof BadRows || e instanceof ProcessError) throw e;
+          // Poison rows, isolated as the component's glue does.
+          const found = raisingRows((part) => step.process(part), sent, e);
+          if (!found.length || (found.length === sent.numRows && sent.numRows > 1)) throw e;
+          throw new BadRows(found);
+        }
       } catch (e) {
         if (!(e instanceof BadRows)) throw new ProcessError(`process failed: ${describeError(e)}`);
         const bad = new Map(e.rows.map((r) => [r.row, r.message]));

@@ -15,6 +15,7 @@ import {
   fromColumns,
   Int64,
   Keep,
+  ProcessError,
   readBatch,
   RowError,
   RowStep,
@@ -104,6 +105,33 @@ test('BadRows: those rows are dead-lettered, the rest processed again', () => {
   assert.deepEqual(rows, [{ n: 1n }, { n: 3n }]);
   assert.deepEqual(deadLetters, [{ row: { n: 2n }, message: 'two' }]);
   assert.match(new BadRows([new RowError(1, 'two')]).message, /1 bad row\(s\): row 1: two/);
+});
+
+test('a throw in a batch Step isolates the rows it throws on, as a trap would', () => {
+  class TwoIsPoison extends Step {
+    process(batch) {
+      for (const n of batch.getChild('n')) if (n === 2n) throw new RangeError(`${n} is poison`);
+      return batch;
+    }
+  }
+  const { rows, deadLetters } = runStep(TwoIsPoison, {}, INPUT);
+  assert.deepEqual(rows, [{ n: 1n }, { n: 3n }]);
+  assert.equal(deadLetters.length, 1);
+  assert.deepEqual(deadLetters[0].row, { n: 2n });
+  assert.match(deadLetters[0].message, /^RangeError: 2 is poison \(at plugin\.test\.mjs:\d+/);
+  class Broken extends Step {
+    process() {
+      throw new TypeError('always');
+    }
+  }
+  assert.throws(() => runStep(Broken, {}, INPUT), /process failed: TypeError: always/);
+  class Refuses extends Step {
+    process(batch) {
+      if ([...batch.getChild('n')].includes(2n)) throw new ProcessError('refused');
+      return batch;
+    }
+  }
+  assert.throws(() => runStep(Refuses, {}, INPUT), /refused/);
 });
 
 test('RowStep: rows as objects, null drops a row, a throw dead-letters it', () => {

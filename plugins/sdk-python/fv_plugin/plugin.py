@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type, Union
 
 from .arrow import RecordBatch, Schema
 from .config import ConfigError
@@ -94,8 +94,38 @@ class BadRows(Exception):
 
 class ProcessError(Exception):
     """The batch failed as a whole; the stage fails with this message.
-    (Any other exception from ``process`` does the same, with its type,
-    message and where it was raised.)"""
+
+    Any other exception from ``process`` is taken as poison data, the way
+    a Rust step's trap is: the SDK calls ``process`` again on halves of
+    the batch to find the rows it raises on, and those rows go to the
+    dead-letter output with the exception (type, message, where); the
+    rest flows on. If it raises on every row of a batch of several, or on
+    no row alone, the batch fails as a whole with that exception."""
+
+
+def raising_rows(process: Callable[["RecordBatch"], Any], batch: "RecordBatch", error: BaseException) -> List[RowError]:
+    """The rows of ``batch`` on which ``process`` raises (it raised
+    ``error`` on the whole batch), found by bisection: each as a
+    :class:`RowError` with what ``process`` raised on that row alone.
+    ``ProcessError`` and ``BadRows`` on a part count as raising there."""
+    bad: List[RowError] = []
+
+    def search(rows: List[int], raised: Optional[BaseException]) -> None:
+        if raised is None:
+            try:
+                process(batch.take(rows))
+                return
+            except Exception as e:  # noqa: BLE001 - what isolates the row
+                raised = e
+        if len(rows) == 1:
+            bad.append(RowError(rows[0], describe_exception(raised)))
+            return
+        mid = len(rows) // 2
+        search(rows[:mid], None)
+        search(rows[mid:], None)
+
+    search(list(range(batch.num_rows)), error)
+    return bad
 
 
 class Step:

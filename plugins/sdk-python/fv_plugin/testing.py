@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from . import _adapt, ipc
 from .arrow import RecordBatch, Schema
 from .config import parse_config
-from .plugin import FINISHED, IDLE, BadRows, Columns, Keep, PollBatch, ProcessError, RowError, SplitPosition, TaskContext
+from .plugin import FINISHED, IDLE, BadRows, Columns, Keep, PollBatch, ProcessError, RowError, SplitPosition, TaskContext, raising_rows
 
 #: The task every helper runs as unless given another.
 TASK = TaskContext("test", "plugin", 0, 1)
@@ -72,8 +72,17 @@ def run_step(cls: type, config: Union[str, Mapping[str, Any], None], batch: Reco
     while True:
         current = batch.take(rows)
         given = current if wanted is None else current.select(wanted)
+        data = _round_trip(given)
         try:
-            answer = step.process(_round_trip(given))
+            try:
+                answer = step.process(data)
+            except (BadRows, ProcessError):
+                raise
+            except Exception as e:  # noqa: BLE001 - poison rows, isolated as the host's glue does
+                found = raising_rows(step.process, data, e)
+                if not found or (len(found) == data.num_rows > 1):
+                    raise
+                raise BadRows(found) from e
         except BadRows as e:
             bad = sorted({r.row for r in e.rows})
             if not bad or bad[-1] >= len(rows) or bad[0] < 0:

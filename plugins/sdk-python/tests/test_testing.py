@@ -30,6 +30,36 @@ class Steps(unittest.TestCase):
         self.assertEqual(out.batch.to_pydict(), {"n": [2, 4], "s": ["b", "d"]})
         self.assertEqual([r.row for r in out.dead_letters], [0, 2])
 
+    def test_an_exception_isolates_the_rows_that_raise_as_a_trap_would(self):
+        class ThreeIsPoison(fv.Step):
+            def process(self, batch):
+                for n in batch["n"]:
+                    if n == 3:
+                        raise ValueError(f"{n} is poison")
+                return fv.Keep([True] * batch.num_rows)
+
+        out = run_step(ThreeIsPoison, {}, BATCH)
+        self.assertEqual(out.batch.to_pydict(), {"n": [1, 2, 4], "s": ["a", "b", "d"]})
+        self.assertEqual([r.row for r in out.dead_letters], [2])
+        self.assertTrue(out.dead_letters[0].message.startswith("ValueError: 3 is poison (at "), out.dead_letters[0].message)
+
+    def test_an_exception_on_every_row_or_a_process_error_fails_the_batch(self):
+        class Broken(fv.Step):
+            def process(self, batch):
+                raise KeyError("no such column")
+
+        with self.assertRaises(KeyError):
+            run_step(Broken, {}, BATCH)
+
+        class Refuses(fv.Step):
+            def process(self, batch):
+                if 3 in batch["n"]:
+                    raise fv.ProcessError("refused")
+                return fv.Keep([True] * batch.num_rows)
+
+        with self.assertRaises(fv.ProcessError):
+            run_step(Refuses, {}, BATCH)
+
     def test_only_input_columns_cross_and_columns_answers_merge(self):
         seen = []
 

@@ -27,6 +27,45 @@ const MAX_POISON_LOGS: u64 = 20;
 /// distinct traps get a short reason (the log has the first report).
 const MAX_TRAP_REPORTS: usize = 4;
 
+/// Bytes of bad-row reasons kept in full per batch: the bisection calls
+/// the step again on the rest of the batch after every answer naming bad
+/// rows, so one batch may bring a reason per row (each already cut to
+/// [`crate::plugin::MAX_PLUGIN_MESSAGE_BYTES`]).
+const MAX_BATCH_REASON_BYTES: usize = 256 << 10;
+
+/// The longest reason kept for a bad row once its batch's reasons passed
+/// [`MAX_BATCH_REASON_BYTES`].
+const SHORT_REASON_BYTES: usize = 200;
+
+/// Bad-row reasons of one batch, bounded in total.
+#[derive(Default)]
+struct ReasonBudget {
+    kept: usize,
+}
+
+impl ReasonBudget {
+    /// `reason` as kept: whole while the batch's reasons stay under
+    /// [`MAX_BATCH_REASON_BYTES`], its start after that.
+    fn keep(&mut self, reason: String) -> String {
+        if self.kept + reason.len() <= MAX_BATCH_REASON_BYTES {
+            self.kept += reason.len();
+            return reason;
+        }
+        let mut end = reason.len().min(SHORT_REASON_BYTES);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == reason.len() {
+            return reason;
+        }
+        format!(
+            "{} … [cut: this batch's bad-row reasons passed {} KiB]",
+            &reason[..end],
+            MAX_BATCH_REASON_BYTES >> 10
+        )
+    }
+}
+
 /// The trap reports of one batch's bisection.
 #[derive(Default)]
 struct TrapReports {
@@ -102,6 +141,7 @@ impl WasmStep {
         output: &mut Vec<RecordBatch>,
         poison: &mut Vec<(usize, String, bool)>,
         traps: &mut TrapReports,
+        reasons: &mut ReasonBudget,
     ) -> Result<(), PluginError> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -116,13 +156,13 @@ impl WasmStep {
                 for (i, reason) in bad {
                     if !is_bad[i] {
                         is_bad[i] = true;
-                        poison.push((rows[i], reason, false));
+                        poison.push((rows[i], reasons.keep(reason), false));
                     }
                 }
                 let keep: Vec<usize> = (0..batch.num_rows()).filter(|i| !is_bad[*i]).collect();
                 let rest = take(batch, &keep).map_err(|e| self.error(e))?;
                 let rest_rows: Vec<usize> = keep.iter().map(|i| rows[*i]).collect();
-                self.run(&rest, &rest_rows, output, poison, traps)
+                self.run(&rest, &rest_rows, output, poison, traps, reasons)
             }
             Err(e) if e.kind == FailureKind::Trap => {
                 traps.trapped(&e.message);
@@ -136,8 +176,8 @@ impl WasmStep {
                     batch.slice(0, mid),
                     batch.slice(mid, batch.num_rows() - mid),
                 );
-                self.run(&left, &rows[..mid], output, poison, traps)?;
-                self.run(&right, &rows[mid..], output, poison, traps)
+                self.run(&left, &rows[..mid], output, poison, traps, reasons)?;
+                self.run(&right, &rows[mid..], output, poison, traps, reasons)
             }
             Err(e) => Err(e),
         }
@@ -165,7 +205,15 @@ impl Operator for WasmStep {
         let mut poison = Vec::new();
         let mut traps = TrapReports::default();
         let restarts_before = self.instance.restarts;
-        let result = self.run(&batch, &rows, &mut output, &mut poison, &mut traps);
+        let mut reasons = ReasonBudget::default();
+        let result = self.run(
+            &batch,
+            &rows,
+            &mut output,
+            &mut poison,
+            &mut traps,
+            &mut reasons,
+        );
         let restarts = self.instance.restarts - restarts_before;
         // Counted and logged even when the batch then fails: each one lost
         // the plugin's state.
@@ -221,6 +269,20 @@ impl Operator for WasmStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_keeps_its_bad_row_reasons_within_a_total() {
+        let mut reasons = ReasonBudget::default();
+        let long = "r".repeat(crate::plugin::MAX_PLUGIN_MESSAGE_BYTES);
+        let mut total = 0;
+        for _ in 0..8192 {
+            total += reasons.keep(long.clone()).len();
+        }
+        assert!(total < MAX_BATCH_REASON_BYTES + 8192 * 300, "{total}");
+        let late = reasons.keep(long.clone());
+        assert!(late.contains("passed 256 KiB"), "{late}");
+        assert_eq!(reasons.keep("short".into()), "short");
+    }
 
     #[test]
     fn a_batch_keeps_each_distinct_trap_report_once_and_at_most_a_few() {

@@ -7,7 +7,7 @@ import { log } from 'fv:plugin/log@0.4.1';
 import * as adapt from '../adapt.js';
 import { readBatch } from '../ipc.js';
 import { setLogSink } from '../log.js';
-import { BadRows, describeError } from '../plugin.js';
+import { BadRows, ProcessError, describeError, raisingRows } from '../plugin.js';
 
 setLogSink(log);
 
@@ -42,6 +42,14 @@ class Step {
       if (e instanceof BadRows) {
         const rows = e.rows.map((r) => ({ row: r.row, message: String(r.message) }));
         return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
+      }
+      if (!(e instanceof ProcessError)) {
+        // Poison rows, isolated as the host isolates a Rust step's trap.
+        const bad = raisingRows((part) => this.inner.process(part), batch, e);
+        if (bad.length && !(bad.length === batch.numRows && batch.numRows > 1)) {
+          const rows = bad.map((r) => ({ row: r.row, message: String(r.message) }));
+          return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
+        }
       }
       return { tag: 'err', val: { tag: 'failed', val: describeError(e) } };
     }

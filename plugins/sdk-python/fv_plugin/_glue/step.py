@@ -9,7 +9,7 @@ from wit_world.imports import types as wit_types
 from fv_plugin import _adapt, log
 from fv_plugin.config import ConfigError
 from fv_plugin.ipc import read_batch
-from fv_plugin.plugin import BadRows, TaskContext, describe_exception
+from fv_plugin.plugin import BadRows, ProcessError, TaskContext, describe_exception, raising_rows
 
 
 class Step(wit.Step):
@@ -47,8 +47,13 @@ class Step(wit.Step):
             kind, out = _adapt.step_output(self.inner.process(data), data.num_rows)
         except BadRows as e:
             raise Err(wit.ProcessError_BadRows([wit.RowError(r.row, r.message) for r in e.rows]))
-        except Exception as e:  # noqa: BLE001 - ProcessError and anything else fail the batch
+        except ProcessError as e:
             raise Err(wit.ProcessError_Failed(describe_exception(e)))
+        except Exception as e:  # noqa: BLE001 - poison rows, as a Rust step's trap
+            bad = raising_rows(self.inner.process, data, e)
+            if not bad or (len(bad) == data.num_rows > 1):
+                raise Err(wit.ProcessError_Failed(describe_exception(e)))
+            raise Err(wit.ProcessError_BadRows([wit.RowError(r.row, r.message) for r in bad]))
         if kind == "keep":
             return wit.StepOutput_Keep(out)
         if kind == "columns":

@@ -9,7 +9,12 @@
 //! only if the host undoes a failed call's changes:
 //! - `bad_word`: rows holding this word are reported as poison;
 //! - `trap_word`: a batch holding this word panics (a Wasm trap);
-//! - `fail_timers`: `on_timers` fails (the stage must stop, saying so).
+//! - `fail_timers`: `on_timers` fails (the stage must stop, saying so);
+//! - `churn = "re-put"`: before counting, puts one key with a `churn_bytes`
+//!   value 64 times in the call (an undo journal that grows, not the state);
+//! - `churn = "add-remove"`: before counting, puts and deletes one new key
+//!   of `churn_bytes` bytes per row (state stays empty; what is tracked
+//!   for the next checkpoint must not grow).
 
 use std::sync::Arc;
 
@@ -33,6 +38,12 @@ pub struct Config {
     /// `on_timers` fails.
     #[serde(default)]
     pub fail_timers: bool,
+    /// `re-put` or `add-remove` (see the crate docs).
+    #[serde(default)]
+    pub churn: Option<String>,
+    /// The size of a churned value or key.
+    #[serde(default)]
+    pub churn_bytes: usize,
 }
 
 /// When the counts are emitted: passed only by the final watermark.
@@ -42,6 +53,8 @@ const AT_END: i64 = i64::MAX - 1;
 pub struct TestKeyedStep {
     config: Config,
     output: SchemaRef,
+    /// Keys churned so far (each `add-remove` key is new).
+    churned: u64,
 }
 
 fn count(bytes: Option<Vec<u8>>) -> (String, i64) {
@@ -64,7 +77,20 @@ impl KeyedStep for TestKeyedStep {
             Field::new("word", DataType::Utf8, false),
             Field::new("rows", DataType::Int64, false),
         ]));
-        Ok(TestKeyedStep { config, output })
+        match config.churn.as_deref() {
+            None | Some("re-put") | Some("add-remove") => {}
+            Some(other) => {
+                return Err(ConfigError::at(
+                    "churn",
+                    format!("`{other}` is not re-put or add-remove"),
+                ));
+            }
+        }
+        Ok(TestKeyedStep {
+            config,
+            output,
+            churned: 0,
+        })
     }
 
     fn input_columns(&self) -> Option<Vec<String>> {
@@ -85,6 +111,24 @@ impl KeyedStep for TestKeyedStep {
             .as_any()
             .downcast_ref::<StringArray>()
             .ok_or_else(|| ProcessError::Failed("`word` is not a Utf8 column".into()))?;
+        match self.config.churn.as_deref() {
+            Some("re-put") => {
+                let value = vec![7u8; self.config.churn_bytes];
+                for _ in 0..64 {
+                    state.put(b"churn", &value).map_err(ProcessError::Failed)?;
+                }
+            }
+            Some("add-remove") => {
+                for _ in 0..words.len() {
+                    self.churned += 1;
+                    let mut key = vec![0u8; self.config.churn_bytes.max(8)];
+                    key[..8].copy_from_slice(&self.churned.to_le_bytes());
+                    state.put(&key, b"").map_err(ProcessError::Failed)?;
+                    state.delete(&key);
+                }
+            }
+            _ => {}
+        }
         for (row, word) in words.iter().enumerate() {
             let key = state.row_key(row).to_vec();
             let (_, n) = count(state.get(&key));

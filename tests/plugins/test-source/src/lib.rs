@@ -10,6 +10,10 @@
 //! - `drop`: answers without the first requested column;
 //! - `retype`: answers with `seq` as utf8.
 //!
+//! `encoded_hex`, when set, is what every poll answers instead: those
+//! bytes (hex) handed over as an already-encoded batch, unread (a
+//! compressed IPC stream, say, which the host must refuse unread).
+//!
 //! `misbehave = { call, how, at }` makes it trap, spin, exhaust its memory
 //! or sleep for an hour in `open`, the `at`-th `poll`, or `committed` of
 //! epoch `at` (see `tests/plugins/shared/misbehave.rs`).
@@ -36,6 +40,8 @@ pub struct Config {
     pub push_down: String,
     /// Misbehave on demand.
     pub misbehave: Option<misbehave::Misbehave>,
+    /// Answer every poll with these IPC stream bytes (hex), unread.
+    pub encoded_hex: Option<String>,
 }
 
 fn honour() -> String {
@@ -54,6 +60,7 @@ pub struct TestSource {
     answered: SchemaRef,
     misbehave: Option<misbehave::Misbehave>,
     polls: u64,
+    encoded: Option<Vec<u8>>,
 }
 
 impl Source for TestSource {
@@ -71,6 +78,12 @@ impl Source for TestSource {
                 format!("unknown mode `{}`", config.push_down),
             ));
         }
+        let encoded = match &config.encoded_hex {
+            None => None,
+            Some(hex) => Some(unhex(hex).ok_or_else(|| {
+                ConfigError::at("encoded_hex", "not an even number of hex digits")
+            })?),
+        };
         let full = Arc::new(Schema::new(vec![
             Field::new("seq", DataType::Int64, false),
             Field::new("word", DataType::Utf8, false),
@@ -85,6 +98,7 @@ impl Source for TestSource {
             full,
             misbehave: config.misbehave,
             polls: 0,
+            encoded,
         })
     }
 
@@ -152,6 +166,17 @@ impl Source for TestSource {
         if self.next >= self.rows {
             return Ok(Poll::Finished);
         }
+        if let Some(ipc) = &self.encoded {
+            self.next += 1;
+            return Ok(Poll::Encoded {
+                ipc: ipc.clone(),
+                positions: vec![SplitPosition {
+                    split: "all".into(),
+                    position: self.next.to_le_bytes().to_vec(),
+                }],
+                rejected: Vec::new(),
+            });
+        }
         let end = (self.next + max_rows.max(1) as i64).min(self.rows);
         let seq: Vec<i64> = (self.next..end).collect();
         let all: Vec<ArrayRef> = vec![
@@ -186,6 +211,21 @@ impl Source for TestSource {
             rejected: Vec::new(),
         })
     }
+}
+
+/// `hex` as bytes (`None`: an odd length or a non-hex digit).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    let digits = hex.as_bytes();
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|pair| {
+            let text = std::str::from_utf8(pair).ok()?;
+            u8::from_str_radix(text, 16).ok()
+        })
+        .collect()
 }
 
 fv_plugin_sdk::export_source!(TestSource, capabilities = "");

@@ -25,7 +25,16 @@
 //! - `stderr-flood`: write `bytes` bytes of short lines to stderr on every
 //!   batch and pass every row on;
 //! - `undeclared-column`: answer with a column `surprise` its output schema
-//!   does not declare (the host must refuse it, naming it).
+//!   does not declare (the host must refuse it, naming it);
+//! - `bad-rows-flood`: name row 0 of every batch as poison with a reason
+//!   of `bytes` bytes (the host re-runs the rest: one reason per row);
+//! - `fail-huge`: fail every batch with a message of `bytes` bytes that
+//!   holds a forged log line after a newline;
+//! - `log-flood`: log `value` lines of `bytes` bytes each through the
+//!   `log` import per batch, each with a forged host line after a newline,
+//!   and pass every row on;
+//! - `symlink`: at open, create a symbolic link `path` (inside a write
+//!   grant) to `/etc/passwd`; fail the open if that is refused.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -114,7 +123,17 @@ impl Step for TestStep {
                     ));
                 }
             }
-            "loop" | "hog" | "slow" | "print" | "stderr-flood" | "undeclared-column" => {}
+            "loop" | "hog" | "slow" | "print" | "stderr-flood" | "undeclared-column"
+            | "bad-rows-flood" | "fail-huge" | "log-flood" => {}
+            "symlink" => {
+                let path = config
+                    .path
+                    .clone()
+                    .ok_or_else(|| ConfigError::at("path", "symlink needs `path`"))?;
+                symlink_to_passwd(&path).map_err(|e| {
+                    ConfigError::at("path", format!("cannot create the link `{path}`: {e}"))
+                })?;
+            }
             "read-file" => {
                 let path = config
                     .path
@@ -290,6 +309,26 @@ impl Step for TestStep {
                     batch.num_rows()
                 ])))
             }
+            "bad-rows-flood" => Err(ProcessError::BadRows(vec![RowError {
+                row: 0,
+                message: "r".repeat(self.config.bytes as usize),
+            }])),
+            "fail-huge" => Err(ProcessError::Failed(format!(
+                "{}\nERROR the run failed: FORGED host line",
+                "f".repeat(self.config.bytes as usize)
+            ))),
+            "log-flood" => {
+                let pad = "l".repeat(self.config.bytes as usize);
+                for i in 0..self.config.value {
+                    fv_plugin_sdk::log::error(&format!(
+                        "flood {i}\nERROR the run failed: FORGED host line {pad}"
+                    ));
+                }
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
             "read-file" => {
                 let text = self.content.clone().unwrap_or_default();
                 let content: ArrayRef = Arc::new(StringArray::from(vec![text; batch.num_rows()]));
@@ -302,6 +341,28 @@ impl Step for TestStep {
             _ => Err(ProcessError::Failed("unknown mode".into())),
         }
     }
+}
+
+/// Create `path` (`<granted directory>/<name>`) as a symbolic link to
+/// `/etc/passwd`, through WASI (std's `symlink_path` is unstable).
+#[cfg(target_os = "wasi")]
+fn symlink_to_passwd(path: &str) -> Result<(), String> {
+    let (dir, name) = path
+        .split_once('/')
+        .ok_or("the path must be <granted directory>/<name>")?;
+    let (descriptor, _) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find(|(_, guest)| guest == dir)
+        .ok_or_else(|| format!("no grant `{dir}`"))?;
+    descriptor
+        .symlink_at("/etc/passwd", name)
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Natively (the plugin's unit tests) there is no sandbox to try.
+#[cfg(not(target_os = "wasi"))]
+fn symlink_to_passwd(_path: &str) -> Result<(), String> {
+    Err("symlink is a Wasm-only mode".into())
 }
 
 fn fv_plugin_sdk_filter(

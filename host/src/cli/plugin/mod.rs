@@ -13,7 +13,10 @@ use fvhost::registry::lock::{ResolveOptions, default_cache_dir, lock_path, pull}
 use fvhost::registry::{PackageName, PackageRef, Registry, published_list};
 use fvhost::topology::Topology;
 
-use crate::EXIT_CONFIG;
+use crate::cli::EXIT_CONFIG;
+
+mod package;
+mod trial;
 
 /// The registry flag's help, shared by every subcommand.
 const REGISTRY_HELP: &str = "A registry directory, or an OCI registry `oci://host[:port][/prefix]` [default: $FVHOST_REGISTRY or ~/.local/share/fvhost/registry]";
@@ -127,7 +130,7 @@ pub enum PluginCommand {
     /// --generator / --input rows; a source's rows are printed.
     ///
     /// Example: fvhost plugin test . --config '{"column": "price", "min": 100}'
-    Test(crate::plugin_trial::TestArgs),
+    Test(trial::TestArgs),
     /// Show a plugin's metadata: package, version, kind, contract,
     /// capabilities, config schema, imports and exports.
     Inspect {
@@ -145,7 +148,7 @@ pub enum PluginCommand {
     /// Write fvhost's metadata (package, version, kind, capabilities,
     /// config schema) into a component built by any toolchain
     /// (componentize-py, jco), so it publishes like an SDK-built one.
-    Package(crate::plugin_package::PackageArgs),
+    Package(package::PackageArgs),
 }
 
 /// Open `--registry`, else the default.
@@ -302,9 +305,9 @@ pub fn execute(
                 }
             }
         }
-        PluginCommand::Package(args) => crate::plugin_package::execute(args),
-        PluginCommand::Build { dir } => Ok(crate::plugin_trial::build(&dir)),
-        PluginCommand::Test(args) => crate::plugin_trial::test(args, &engine()?),
+        PluginCommand::Package(args) => package::execute(args),
+        PluginCommand::Build { dir } => Ok(trial::build(&dir)),
+        PluginCommand::Test(args) => trial::test(args, &engine()?),
         PluginCommand::Inspect {
             plugin,
             config,

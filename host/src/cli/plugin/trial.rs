@@ -17,7 +17,7 @@ use fvhost::plugin::{Catalog, PluginEngine, PluginKind};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
 use fvhost::topology::Topology;
 
-use crate::{EXIT_CONFIG, EXIT_RUNTIME};
+use crate::cli::{EXIT_CONFIG, EXIT_RUNTIME};
 
 /// What `fvhost plugin test` takes.
 #[derive(clap::Args)]
@@ -156,7 +156,7 @@ fn run_trial(trial: &Trial, work: &Path, engine: &PluginEngine) -> anyhow::Resul
     };
     let store = EpochStore::open(&work.join("state").display().to_string())?;
     let control = Arc::new(RunControl::default());
-    crate::install_stop_handler(Arc::clone(&control))?;
+    crate::cli::run::install_stop_handler(Arc::clone(&control))?;
     let metrics = StageMetrics::for_plan(&plan);
     // A source may never end: stop once the rows asked for are printed.
     let stopper = (trial.kind == PluginKind::Source).then(|| {

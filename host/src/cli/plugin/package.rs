@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use fvhost::plugin::PluginKind;
 use fvhost::plugin::package::{PackageSpec, exported_world, package};
 
-use crate::EXIT_CONFIG;
+use crate::cli::EXIT_CONFIG;
 
 /// The kind a component's metadata claims.
 #[derive(Clone, Copy, ValueEnum)]
