@@ -305,6 +305,35 @@ fn plugin_test_runs_a_plugin_on_sample_rows_without_a_topology() {
         trial.stderr
     );
 
+    // Nexmark bids: exactly `--rows` of them, the same for the same seed.
+    let bids = |seed: &str| {
+        let run = s.fvhost(&[
+            "plugin",
+            "test",
+            &step,
+            "--generator",
+            "bid",
+            "--rows",
+            "7",
+            "--seed",
+            seed,
+            "--config",
+            r#"{"mode": "print"}"#,
+        ]);
+        assert_exit(&run, 0);
+        // The step was fed one batch of exactly 7 rows.
+        assert!(
+            run.stderr.contains("a batch of 7 rows") && !run.stderr.contains("a batch of 8"),
+            "{}",
+            run.stderr
+        );
+        run.stdout.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let seven = bids("3");
+    assert_eq!(seven.len(), 7, "{seven:?}");
+    assert_eq!(bids("3"), seven, "the same seed, the same rows");
+    assert_ne!(bids("4"), seven, "another seed, other rows");
+
     let refused = s.fvhost(&["plugin", "test", &step, "--config", r#"{"mode": "nope"}"#]);
     assert_exit(&refused, 2);
     assert!(

@@ -29,6 +29,10 @@ use crate::support::{Run, Scratch, assert_exit, cache_dir, test_step_wasm};
 /// Run `fvhost <args>` in `s` and return its result and its peak resident
 /// memory in bytes (read from the kernel with the exit status: `wait4`).
 fn run_measured(s: &Scratch, args: &[&str]) -> (Run, u64) {
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 below, which also reads its peak memory"
+    )]
     let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
         .args(args)
         .current_dir(s.path())

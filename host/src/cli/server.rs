@@ -68,7 +68,7 @@ pub fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
 
 /// `fvhost submit`.
 pub fn submit(topology: &Path, server: &ServerArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&topology)
+    let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
     Ok(print_answer(server.client()?.post(
         "/topologies",

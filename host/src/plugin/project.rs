@@ -198,7 +198,13 @@ impl PluginProject {
             file: output.clone(),
             reason: e.to_string(),
         })?;
+        // The toolchain named the bare component it wrote; say where it went.
         let _ = std::fs::remove_file(&bare);
+        eprintln!(
+            "packaged {} with fvhost's metadata as {} (the bare component is removed)",
+            bare.display(),
+            output.display()
+        );
         Ok(output)
     }
 

@@ -39,8 +39,10 @@ pub struct Trial {
     pub config: serde_json::Value,
     /// The rows a step or sink is fed (a source makes its own).
     pub input: TrialInput,
-    /// Rows to print (and, from the generator, to make at least).
+    /// Rows to print, and from the generator, to make: exactly this many.
     pub rows: u64,
+    /// The generator's seed (`None`: its default, 42).
+    pub seed: Option<u64>,
     /// Directories the plugin may read.
     pub allow_read: Vec<PathBuf>,
     /// Directories the plugin may write.
@@ -161,26 +163,41 @@ impl Trial {
                         config.insert("kind".into(), "sequence".into());
                         self.rows
                     }
-                    // Of every 50 Nexmark events 1 is a person, 3 are
-                    // auctions and 46 bids: make enough of the one asked.
                     "person" | "auction" | "bid" => {
                         config.insert("kind".into(), "nexmark".into());
                         config.insert("stream".into(), stream.as_str().into());
-                        let per_50 = match stream.as_str() {
-                            "person" => 1,
-                            "auction" => 3,
-                            _ => 46,
-                        };
-                        self.rows.saturating_mul(50).div_ceil(per_50) + 50
+                        nexmark_events_for(stream, self.rows)
                     }
                     other => return Err(TrialError::Generator(other.to_string())),
                 };
                 config.insert("events".into(), toml::Value::Integer(clamp(events)));
+                if let Some(seed) = self.seed {
+                    config.insert("seed".into(), toml::Value::Integer(clamp(seed)));
+                }
             }
         }
         node.insert("config".into(), config.into());
         Ok(node)
     }
+}
+
+/// Of every 50 Nexmark events (in the generator's global sequence) the
+/// first is a person, the next 3 auctions and the other 46 bids, whatever
+/// the seed: the fewest events holding exactly `rows` of `stream`.
+fn nexmark_events_for(stream: &str, rows: u64) -> u64 {
+    let (first, per_50) = match stream {
+        "person" => (0, 1),
+        "auction" => (1, 3),
+        _ => (4, 46),
+    };
+    // Rows of the stream among events [0, events).
+    let made =
+        |events: u64| (events / 50) * per_50 + (events % 50).saturating_sub(first).min(per_50);
+    let mut events = (rows.saturating_sub(1) / per_50).saturating_mul(50);
+    while made(events) < rows {
+        events += 1;
+    }
+    events
 }
 
 fn clamp(n: u64) -> i64 {
@@ -204,6 +221,7 @@ mod tests {
             config: serde_json::json!({ "column": "price", "min": 100, "tags": ["a"] }),
             input,
             rows: 10,
+            seed: None,
             allow_read: vec![],
             allow_write: vec![PathBuf::from("/tmp/w")],
         }
@@ -240,7 +258,7 @@ mod tests {
         }
     }
 
-    /// The generator makes at least the rows asked for, of the stream asked.
+    /// The generator makes exactly the rows asked for, of the stream asked.
     #[test]
     fn the_generator_makes_enough_rows_of_the_stream_asked() {
         let work = tempfile::tempdir().expect("tempdir");
@@ -254,12 +272,33 @@ mod tests {
                 .expect("events")
         };
         assert_eq!(events("sequence"), 10);
-        assert!(events("bid") * 46 / 50 >= 10);
-        assert!(events("person") / 50 >= 10);
+        assert_eq!(events("bid"), 14, "events 4..14 are the first 10 bids");
+        assert_eq!(events("person"), 451, "persons are events 0, 50, …, 450");
+        assert_eq!(events("auction"), 152, "auctions 1-3, 51-53, 101-103, 151");
         let e = trial(PluginKind::Step, TrialInput::Generator("trades".into()))
             .topology(work.path())
             .expect_err("unknown stream");
         assert!(e.to_string().contains("--generator trades"), "{e}");
+        for rows in [0, 1, 3, 46, 47, 1000] {
+            for stream in ["person", "auction", "bid"] {
+                let events = nexmark_events_for(stream, rows);
+                let kind = |e: u64| match e % 50 {
+                    0 => "person",
+                    1..=3 => "auction",
+                    _ => "bid",
+                };
+                let made = (0..events).filter(|e| kind(*e) == stream).count() as u64;
+                assert_eq!(made, rows, "{stream}: {rows} rows from {events} events");
+                assert!(
+                    events == 0 || kind(events - 1) == stream,
+                    "the fewest events"
+                );
+            }
+        }
+        let mut seeded = trial(PluginKind::Step, TrialInput::Generator("bid".into()));
+        seeded.seed = Some(7);
+        let text = seeded.topology(work.path()).expect("topology");
+        assert!(text.contains("seed = 7"), "{text}");
         let mut not_object = trial(PluginKind::Step, TrialInput::Generator("bid".into()));
         not_object.config = serde_json::json!([1]);
         let e = not_object.topology(work.path()).expect_err("an array");

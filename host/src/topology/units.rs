@@ -88,7 +88,7 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 pub fn format_size(bytes: u64) -> String {
     for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
         if bytes >= size {
-            if bytes % size == 0 {
+            if bytes.is_multiple_of(size) {
                 return format!("{}{unit}", bytes / size);
             }
             return format!("{:.2} {unit} ({bytes} bytes)", bytes as f64 / size as f64);

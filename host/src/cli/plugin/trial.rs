@@ -36,9 +36,12 @@ pub struct TestArgs {
     /// sequence [default: bid].
     #[arg(long, value_name = "STREAM")]
     pub generator: Option<String>,
-    /// How many rows to print (the generator makes at least as many).
+    /// How many rows to print; the generator makes exactly this many.
     #[arg(long, default_value_t = 20)]
     pub rows: u64,
+    /// The generator's seed: the same seed, the same rows [default: 42].
+    #[arg(long, requires = "generator")]
+    pub seed: Option<u64>,
     /// A directory the plugin may read (repeatable).
     #[arg(long, value_name = "DIR")]
     pub allow_read: Vec<PathBuf>,
@@ -119,6 +122,7 @@ pub fn test(args: TestArgs, engine: &PluginEngine) -> anyhow::Result<ExitCode> {
         config,
         input,
         rows: args.rows,
+        seed: args.seed,
         allow_read: absolute(&args.allow_read)?,
         allow_write: absolute(&args.allow_write)?,
     };

@@ -216,7 +216,7 @@ impl Source for TestSource {
 /// `hex` as bytes (`None`: an odd length or a non-hex digit).
 fn unhex(hex: &str) -> Option<Vec<u8>> {
     let digits = hex.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     digits
