@@ -134,6 +134,8 @@ fn a_column_the_step_did_not_declare_fails_the_run_naming_it() {
     ] {
         assert!(run.stderr.contains(needle), "{needle}:\n{}", run.stderr);
     }
+    // The advice is in the plugin's language (its metadata says Rust).
+    assert!(!run.stderr.contains("Python:"), "{}", run.stderr);
     assert!(s.output_lines("out").is_empty(), "no row went through");
 }
 
@@ -180,7 +182,11 @@ fn a_step_that_exhausts_its_memory_is_stopped() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("64 MiB"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("over its memory_limit of 64MiB"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// A topology reading `data/<file>` with `file-source` (`bad_rows`) into

@@ -283,7 +283,11 @@ pub fn run_guest_walkthrough(
             assert!(
                 run.stdout.contains(&format!("acme:{name}"))
                     && run.stdout.contains("capabilities: none")
-                    && run.stdout.contains("\"min\""),
+                    && run.stdout.contains("\"min\"")
+                    // The project build records the language (the host's
+                    // advice to the author is in it).
+                    && (run.stdout.contains("language:     python")
+                        || run.stdout.contains("language:     js")),
                 "{}",
                 run.stdout
             );

@@ -1302,15 +1302,20 @@ impl StepInstance {
         // vanish: say which, and how to declare it.
         for field in columns.schema_ref().fields() {
             if self.output.field_with_name(field.name()).is_err() {
-                return Err(self.sandbox.reported(format!(
-                    "returned column `{name}` ({ty}), which its output schema does not declare \
-                     (declared: {declared}); add it in `output_schema` — the SDK's \
-                     `append_fields(&input, [Field::new(\"{name}\", …)])` adds fields to the input schema",
-                    name = field.name(),
-                    ty = field.data_type(),
-                    declared = columns_and_types(&self.output),
-                ))
-                .in_call("process"));
+                return Err(self
+                    .sandbox
+                    .reported(format!(
+                        "returned column `{name}` ({ty}), which its output schema does not declare \
+                     (declared: {declared}); {advice}",
+                        name = field.name(),
+                        ty = field.data_type(),
+                        declared = columns_and_types(&self.output),
+                        advice = declare_column_advice(
+                            self.sandbox.plugin.metadata.language.as_deref(),
+                            field.name()
+                        ),
+                    ))
+                    .in_call("process"));
             }
         }
         let mut arrays = Vec::with_capacity(self.output.fields().len());
@@ -1372,6 +1377,28 @@ impl OpenError {
 }
 
 /// `seq: Int64, word: Utf8` — a schema as messages show it.
+/// How an author declares an added column `name`, in the plugin's
+/// language (all three when it is not known).
+fn declare_column_advice(language: Option<&str>, name: &str) -> String {
+    let rust = format!(
+        "return `append_fields(&input, [Field::new(\"{name}\", …)])` (the input schema plus it) from `output_schema`"
+    );
+    let python = format!(
+        "return `input_schema.append(fv.Field(\"{name}\", …))` (the input schema plus it) from `output_schema`"
+    );
+    let js = format!(
+        "return `appendFields(inputSchema, new Field('{name}', …))` (the input schema plus it) from `outputSchema()`"
+    );
+    match language {
+        Some("rust") => format!("declare it: {rust}"),
+        Some("python") => format!("declare it: {python}"),
+        Some("js") => format!("declare it: {js}"),
+        _ => format!(
+            "declare it in the output schema (Rust: {rust}; Python: {python}; JavaScript: {js})"
+        ),
+    }
+}
+
 /// How `returned` differs from `declared`, column by column: the columns
 /// it has that were not declared, those it lacks, those of another type or
 /// nullability, or (when all match) that their order differs.
@@ -1511,6 +1538,31 @@ impl From<(String, Vec<u8>)>
 mod tests {
     use super::*;
     use arrow::datatypes::{DataType, Field};
+
+    /// An undeclared column gets advice in the plugin's own language.
+    #[test]
+    fn declaring_a_column_is_advised_in_the_plugins_language() {
+        let python = declare_column_advice(Some("python"), "eur");
+        assert!(
+            python.contains("input_schema.append(fv.Field(\"eur\""),
+            "{python}"
+        );
+        assert!(!python.contains("append_fields"), "{python}");
+        let js = declare_column_advice(Some("js"), "eur");
+        assert!(
+            js.contains("appendFields(inputSchema, new Field('eur'"),
+            "{js}"
+        );
+        let rust = declare_column_advice(Some("rust"), "eur");
+        assert!(rust.contains("append_fields(&input"), "{rust}");
+        let unknown = declare_column_advice(None, "eur");
+        assert!(
+            unknown.contains("Rust:")
+                && unknown.contains("Python:")
+                && unknown.contains("JavaScript:"),
+            "{unknown}"
+        );
+    }
 
     /// A returned batch that differs from the declared schema is told
     /// column by column, not as two schema dumps.

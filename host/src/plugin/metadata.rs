@@ -139,6 +139,9 @@ pub struct PluginMetadata {
     /// The JSON Schema of its `config` table (the
     /// `fv-plugin-config-schema` section), when it has one.
     pub config_schema: Option<String>,
+    /// The language it is written in (`rust`, `python`, `js`), when its
+    /// SDK or build said: the host's advice to its author is in it.
+    pub language: Option<String>,
 }
 
 /// Why a component is not an fvhost plugin this host can run.
@@ -210,6 +213,7 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
         contract,
         has_metadata_section: section.is_some(),
         capabilities: None,
+        language: None,
         config_schema: custom_section(bytes, "fv-plugin-config-schema")?
             .filter(|s| !s.is_empty())
             .map(|s| String::from_utf8_lossy(&s).into_owned()),
@@ -223,6 +227,7 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
                 Some(("kind", v)) => meta.claimed_kind = v.to_string(),
                 Some(("version", v)) => meta.version = v.to_string(),
                 Some(("description", v)) => meta.description = v.to_string(),
+                Some(("language", v)) if !v.is_empty() => meta.language = Some(v.to_string()),
                 Some(("capabilities", v)) => {
                     meta.capabilities = Some(
                         v.split(',')

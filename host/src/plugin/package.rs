@@ -46,6 +46,8 @@ pub struct PackageSpec {
     pub capabilities: Option<Vec<String>>,
     /// The JSON Schema of its `config` table.
     pub config_schema: Option<String>,
+    /// The language it is written in (`rust`, `python`, `js`).
+    pub language: Option<String>,
 }
 
 /// Why a component could not be packaged.
@@ -165,6 +167,9 @@ pub fn metadata_text(spec: &PackageSpec, world: &ExportedWorld) -> String {
     );
     if let Some(caps) = &spec.capabilities {
         text.push_str(&format!("capabilities={}\n", caps.join(",")));
+    }
+    if let Some(language) = &spec.language {
+        text.push_str(&format!("language={language}\n"));
     }
     text
 }
@@ -389,8 +394,17 @@ mod tests {
     fn metadata_round_trips_through_the_reader() {
         let bytes = first_party("pii-redactor");
         assert_eq!(read_back(&bytes).package, "local:pii-redactor");
+        // The Rust SDK says its language; a packaging spec says its own.
+        assert_eq!(read_back(&bytes).language.as_deref(), Some("rust"));
+        let python = PackageSpec {
+            language: Some("python".into()),
+            ..spec()
+        };
+        let m = read_back(&package(&bytes, &python).expect("package"));
+        assert_eq!(m.language.as_deref(), Some("python"));
         let packaged = package(&bytes, &spec()).expect("package");
         let m = read_back(&packaged);
+        assert_eq!(m.language, None, "a spec without one leaves it unsaid");
         assert!(m.has_metadata_section);
         assert_eq!(m.package, "acme:price-filter");
         assert_eq!(m.name, "price-filter");

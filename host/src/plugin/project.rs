@@ -133,6 +133,13 @@ impl PluginProject {
                 description: p.description,
                 capabilities: p.capabilities,
                 config_schema: None,
+                language: Some(
+                    match p.language {
+                        Language::Python => "python",
+                        Language::Js => "js",
+                    }
+                    .to_string(),
+                ),
             },
             config_schema: p.config_schema,
         })

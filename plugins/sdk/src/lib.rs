@@ -243,6 +243,7 @@ macro_rules! __fv_plugin_metadata {
                 "\nkind=",
                 $kind,
                 "\ncontract=0.4.1",
+                "\nlanguage=rust",
                 "\nlicense=",
                 env!("CARGO_PKG_LICENSE"),
                 "\ndescription=",

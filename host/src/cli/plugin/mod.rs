@@ -354,6 +354,10 @@ fn print_inspection(p: &LoadedPlugin) {
         m.contract, SUPPORTED_CONTRACT
     );
     println!("description:  {}", m.description);
+    println!(
+        "language:     {}",
+        m.language.as_deref().unwrap_or("(not said)")
+    );
     match &m.capabilities {
         None => println!("capabilities: (not declared: grants are not checked)"),
         Some(c) if c.is_empty() => println!("capabilities: none"),

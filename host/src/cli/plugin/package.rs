@@ -54,6 +54,10 @@ pub struct PackageArgs {
     /// One-line description.
     #[arg(long, default_value = "")]
     pub description: String,
+    /// The language it is written in, so the host's advice to its author
+    /// is in it.
+    #[arg(long, value_parser = ["rust", "python", "js"])]
+    pub language: Option<String>,
     /// Where to write the packaged component [default: over FILE].
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -95,6 +99,7 @@ pub fn execute(args: PackageArgs) -> anyhow::Result<ExitCode> {
                 .collect()
         }),
         config_schema,
+        language: args.language,
     };
     let packaged = match package(&bytes, &spec) {
         Ok(p) => p,
