@@ -505,8 +505,8 @@ mod tests {
                 encode_compressed(&batch, codec),
             ));
         }
-        // A compressed buffer claiming 1751093230692205568 bytes (the
-        // allocation that aborted the host), and an LZ4 frame of zeros.
+        // An LZ4 buffer claiming 1751093230692205568 bytes (the
+        // allocation that aborted the host), and a ZSTD one claiming 1 TiB.
         let mut claim = vec![0u8];
         claim.extend_from_slice(&1_751_093_230_692_205_568i64.to_le_bytes());
         seeds.push(("plugin_ipc_compressed", "exabytes".to_string(), claim));

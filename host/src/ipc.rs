@@ -371,8 +371,7 @@ mod tests {
             assert!(bomb.len() < 1 << 20, "{codec:?}: {} bytes", bomb.len());
             let err = decode_batch(bomb.clone()).expect_err("a compressed stream");
             assert!(err.to_string().contains("compressed"), "{err}");
-            // Its schema alone is readable: the schema message is never
-            // compressed, and a schema is all `decode_schema` reads.
+            // Not even its schema is read: the stream is refused whole.
             assert!(
                 decode_schema(&bomb).is_err(),
                 "the batch after it is refused too"

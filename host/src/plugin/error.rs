@@ -14,10 +14,7 @@ pub const MAX_PLUGIN_MESSAGE_BYTES: usize = 4 << 10;
 /// plugin text can pass for a line of the host's own log (`\n` becomes
 /// the two characters `\` `n`).
 pub fn plugin_text(message: &str) -> String {
-    let mut end = message.len().min(MAX_PLUGIN_MESSAGE_BYTES);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = message.floor_char_boundary(MAX_PLUGIN_MESSAGE_BYTES);
     let kept = &message[..end];
     let mut out = super::guest_output::printable(kept.as_bytes(), false);
     if end < message.len() {

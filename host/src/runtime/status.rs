@@ -189,13 +189,38 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes the status record every `interval` until finished.
-pub struct Heartbeat {
+/// What a run's status record is written from: where, and the live
+/// counters it reads.
+struct RunRecord {
     path: PathBuf,
     topology: String,
     started_at_ms: u64,
     metrics: Vec<Arc<StageMetrics>>,
     control: Arc<RunControl>,
+}
+
+impl RunRecord {
+    /// Write the record as the run stands now, in `state` (an end state
+    /// is stamped finished).
+    fn write(&self, state: RunState, error: Option<String>) {
+        let mut r = record(
+            &self.topology,
+            self.started_at_ms,
+            &self.metrics,
+            &self.control,
+            state,
+            error,
+        );
+        if state != RunState::Running {
+            r.finished_at_ms = Some(r.heartbeat_at_ms);
+        }
+        write_record(&self.path, &r);
+    }
+}
+
+/// Writes the status record every `interval` until finished.
+pub struct Heartbeat {
+    run: Arc<RunRecord>,
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Its entry in [`abandon_running`]'s list.
@@ -211,114 +236,62 @@ impl Heartbeat {
         control: Arc<RunControl>,
         interval: Duration,
     ) -> Self {
-        let mut beat = Heartbeat {
+        let run = Arc::new(RunRecord {
             path: status_path(state_dir),
             topology: topology.to_string(),
             started_at_ms: now_ms(),
             metrics: metrics.to_vec(),
             control,
-            done: Arc::new(AtomicBool::new(false)),
-            thread: None,
-            id: 0,
-        };
-        beat.id = beat.register();
+        });
+        let done = Arc::new(AtomicBool::new(false));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push((
+            id,
+            Arc::clone(&run),
+            Arc::clone(&done),
+        ));
         // The previous run's checkpoints (a failed one, say) stay visible.
         if let Ok(before) = read(state_dir) {
-            beat.control.continue_history(before.checkpoints);
+            run.control.continue_history(before.checkpoints);
         }
-        sample_rates(&beat.metrics);
-        beat.write(RunState::Running, None);
-        let (path, topology, started, metrics, control, done) = (
-            beat.path.clone(),
-            beat.topology.clone(),
-            beat.started_at_ms,
-            beat.metrics.clone(),
-            Arc::clone(&beat.control),
-            Arc::clone(&beat.done),
-        );
-        beat.thread = std::thread::Builder::new()
+        sample_rates(&run.metrics);
+        run.write(RunState::Running, None);
+        let (beating, stop) = (Arc::clone(&run), Arc::clone(&done));
+        let thread = std::thread::Builder::new()
             .name("fv-heartbeat".into())
             .spawn(move || {
                 let tick = Duration::from_millis(100);
                 let mut waited = Duration::ZERO;
                 let mut sampled = std::time::Instant::now();
-                while !done.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
                     waited += tick;
                     if sampled.elapsed() >= RATE_SAMPLE {
                         sampled = std::time::Instant::now();
-                        sample_rates(&metrics);
+                        sample_rates(&beating.metrics);
                     }
                     if waited >= interval {
                         waited = Duration::ZERO;
-                        let record = record(
-                            &topology,
-                            started,
-                            &metrics,
-                            &control,
-                            RunState::Running,
-                            None,
-                        );
-                        write_record(&path, &record);
+                        beating.write(RunState::Running, None);
                     }
                 }
             })
             .ok();
-        beat
+        Heartbeat {
+            run,
+            done,
+            thread,
+            id,
+        }
     }
 
-    /// Register this run with [`abandon_running`].
-    fn register(&self) -> u64 {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        let (path, topology, started, metrics, control, done) = (
-            self.path.clone(),
-            self.topology.clone(),
-            self.started_at_ms,
-            self.metrics.clone(),
-            Arc::clone(&self.control),
-            Arc::clone(&self.done),
-        );
-        let abandon: Abandon = Box::new(move |why: &str| {
-            done.store(true, Ordering::Relaxed);
-            let mut r = record(
-                &topology,
-                started,
-                &metrics,
-                &control,
-                RunState::Failed,
-                Some(why.to_string()),
-            );
-            r.finished_at_ms = Some(r.heartbeat_at_ms);
-            write_record(&path, &r);
-        });
-        RUNNING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((id, abandon));
-        id
-    }
-
+    /// Take this run off [`abandon_running`]'s list.
     fn unregister(&self) {
         RUNNING
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|(id, _)| *id != self.id);
-    }
-
-    fn write(&self, state: RunState, error: Option<String>) {
-        let mut r = record(
-            &self.topology,
-            self.started_at_ms,
-            &self.metrics,
-            &self.control,
-            state,
-            error,
-        );
-        if state != RunState::Running {
-            r.finished_at_ms = Some(r.heartbeat_at_ms);
-        }
-        write_record(&self.path, &r);
+            .retain(|(id, _, _)| *id != self.id);
     }
 
     /// Stop beating and write the final record.
@@ -328,7 +301,7 @@ impl Heartbeat {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.write(state, error);
+        self.run.write(state, error);
     }
 }
 
@@ -450,17 +423,19 @@ fn process_runs(pid: u32) -> bool {
     alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Final writers of the runs of this process still RUNNING.
-type Abandon = Box<dyn Fn(&str) + Send>;
+/// The runs of this process still RUNNING: their heartbeat's id, record
+/// and stop flag.
+type Running = Vec<(u64, Arc<RunRecord>, Arc<AtomicBool>)>;
 
-static RUNNING: std::sync::Mutex<Vec<(u64, Abandon)>> = std::sync::Mutex::new(Vec::new());
+static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Vec::new());
 
 /// Write every run of this process that is still RUNNING as FAILED with
 /// `why`: for an exit that will not let them finish (a second Ctrl-C).
 pub fn abandon_running(why: &str) {
     let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-    for (_, abandon) in running.iter() {
-        abandon(why);
+    for (_, run, done) in running.iter() {
+        done.store(true, Ordering::Relaxed);
+        run.write(RunState::Failed, Some(why.to_string()));
     }
 }
 

@@ -51,10 +51,7 @@ impl ReasonBudget {
             self.kept += reason.len();
             return reason;
         }
-        let mut end = reason.len().min(SHORT_REASON_BYTES);
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = reason.floor_char_boundary(SHORT_REASON_BYTES);
         if end == reason.len() {
             return reason;
         }
