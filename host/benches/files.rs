@@ -17,8 +17,12 @@
 //! fvhost run (`/proc/self/io`). Then freshness: `generator` paced at half
 //! the rate it reaches unpaced (measured first, same run), into
 //! `blackhole-sink` (read → write p50/p99/max) and into `file-sink` with
-//! checkpoints every second (read → commit). Figures are printed, never
-//! asserted.
+//! checkpoints every second (read → commit). Then memory: q5's peak RSS
+//! over one CSV file and over one five times as large, each run a process
+//! of its own, with `file-source` reading its byte ranges in turn and, for
+//! the comparison, re-packaged to hold the watermark back by every range
+//! (`FV_BENCH_QUERIES=memory`; it writes the larger file once). Figures
+//! are printed, never asserted.
 
 mod common;
 
@@ -146,14 +150,27 @@ fn only_file(dir: &Path) -> PathBuf {
 /// `data/`, unless an earlier run did. Bids are 46 of every 50 Nexmark
 /// events; the exact count is what the baseline reads.
 fn ensure_data(engine: &PluginEngine, dir: &Path, rows: u64) -> (PathBuf, PathBuf) {
-    let events = rows * 50 / 46;
     let done = dir.join("data/complete");
     if !done.exists() {
         let _ = std::fs::remove_dir_all(dir.join("data"));
         for format in ["csv", "parquet"] {
-            println!("writing about {rows} bids as {format} …");
-            let text = format!(
-                r#"name = "write"
+            write_bids(engine, dir, rows, format);
+        }
+        std::fs::write(&done, b"").expect("mark data complete");
+    }
+    (
+        only_file(&dir.join("data/csv")),
+        only_file(&dir.join("data/parquet")),
+    )
+}
+
+/// Write about `rows` bids (46 of every 50 Nexmark events) in `format`
+/// into `dir/data/<format>`, through `generator` → `file-sink`.
+fn write_bids(engine: &PluginEngine, dir: &Path, rows: u64, format: &str) {
+    println!("writing about {rows} bids as {format} …");
+    let events = rows * 50 / 46;
+    let text = format!(
+        r#"name = "write"
 [checkpoint]
 interval = "1h"
 [sources.bids]
@@ -165,15 +182,8 @@ plugin = "file-sink"
 allow_write = ["data/{format}"]
 config = {{ path = "data/{format}", format = "{format}" }}
 "#
-            );
-            run_topology(engine, dir, &text);
-        }
-        std::fs::write(&done, b"").expect("mark data complete");
-    }
-    (
-        only_file(&dir.join("data/csv")),
-        only_file(&dir.join("data/parquet")),
-    )
+    );
+    run_topology(engine, dir, &text);
 }
 
 /// A file-source topology over `file` for `query`; `plugin` is the
@@ -416,6 +426,127 @@ fn main() {
     {
         freshness(&engine, &dir);
     }
+    if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "memory"))
+    {
+        memory(&engine, rows, &csv);
+    }
+}
+
+/// Peak memory of q5 (hopping windows, then top-1) over one CSV file of
+/// `rows` bids and over one of five times as many, each run as a process
+/// of its own (`fvhost run`, peak RSS from `wait4`): with `file-source` as
+/// shipped, whose metadata says it reads its byte ranges in turn (only
+/// the range it reads holds the watermark back: windows fire while the
+/// file is read), and re-packaged without that (every range not read yet
+/// holds the watermark back: no window fires before the last range
+/// starts, and the open windows grow with the file).
+fn memory(engine: &PluginEngine, rows: u64, csv: &Path) {
+    let big_dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fvhost-bench-files-{}", rows * 5));
+    let big_csv = ensure_csv(engine, &big_dir, rows * 5);
+    let together = big_dir.join("file-source-together.wasm");
+    let bytes = fvhost::plugin::FIRST_PARTY
+        .iter()
+        .find(|(n, _)| *n == "file-source")
+        .map(|(_, b)| *b)
+        .expect("file-source");
+    let spec = fvhost::plugin::package::PackageSpec {
+        package: "local:file-source".into(),
+        version: "0.0.0".into(),
+        capabilities: Some(vec!["files".into()]),
+        ..Default::default()
+    };
+    let packaged = fvhost::plugin::package::package(bytes, &spec).expect("re-package");
+    std::fs::write(&together, packaged).expect("write the re-packaged file-source");
+    let q5 = QUERIES.iter().find(|q| q.name == "q5").expect("q5");
+    println!(
+        "\nMemory: q5 over one CSV file (byte ranges of 64 MiB, one task), a process each: peak RSS, wall\n{:<12} {:>9} {:>24} {:>30}",
+        "rows", "file MB", "ranges read in turn", "ranges together (before)"
+    );
+    let mut peaks = Vec::new();
+    for (file, n) in [(csv, rows), (big_csv.as_path(), rows * 5)] {
+        let dir = file
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("the bench dir");
+        let mut cells = Vec::new();
+        for plugin in [
+            "plugin = \"file-source\"".to_string(),
+            format!("path = {:?}", together.display().to_string()),
+        ] {
+            let text = topology(q5, file, false, 1, &plugin, true);
+            let (peak, wall) = run_process(dir, &text);
+            cells.push(format!(
+                "{:>8.0} MB {:>6.1} s",
+                peak as f64 / 1e6,
+                wall.as_secs_f64()
+            ));
+            peaks.push(peak);
+        }
+        let mb = std::fs::metadata(file).map_or(0.0, |m| m.len() as f64 / 1e6);
+        println!("{n:<12} {mb:>9.0} {:>24} {:>30}", cells[0], cells[1]);
+    }
+    if let [small_in_turn, small_together, big_in_turn, big_together] = peaks[..] {
+        println!(
+            "peak RSS, 5x the rows / 1x: {:.2}x with ranges read in turn, {:.2}x with ranges together",
+            big_in_turn as f64 / small_in_turn as f64,
+            big_together as f64 / small_together as f64
+        );
+    }
+}
+
+/// Write about `rows` bids as one CSV file under `dir/data/csv`, unless
+/// an earlier run did.
+fn ensure_csv(engine: &PluginEngine, dir: &Path, rows: u64) -> PathBuf {
+    let done = dir.join("data/csv-complete");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(dir.join("data/csv"));
+        std::fs::create_dir_all(dir).expect("bench dir");
+        write_bids(engine, dir, rows, "csv");
+        std::fs::write(&done, b"").expect("mark data complete");
+    }
+    only_file(&dir.join("data/csv"))
+}
+
+/// Run `text` (a topology whose paths are relative to `dir`) as an
+/// `fvhost run` process of its own, from scratch; its peak RSS in bytes
+/// and its wall time.
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which also reports its peak RSS"
+)]
+fn run_process(dir: &Path, text: &str) -> (u64, Duration) {
+    let file = dir.join("memory.toml");
+    std::fs::write(&file, text).expect("write topology");
+    let state = dir.join(".fvhost/memory");
+    let _ = std::fs::remove_dir_all(&state);
+    let started = std::time::Instant::now();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_fvhost"))
+        .arg("run")
+        .arg(&file)
+        .arg("--no-progress")
+        .arg("--state-dir")
+        .arg(&state)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn fvhost");
+    let mut status = 0;
+    // SAFETY: rusage is plain integers, for which all zeroes is valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, into two locals that outlive it.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "fvhost run {} failed (status {status})",
+        file.display()
+    );
+    (usage.ru_maxrss as u64 * 1024, started.elapsed())
 }
 
 /// Read → write and read → commit latency of a source paced at half of

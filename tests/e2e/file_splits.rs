@@ -13,7 +13,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
 use crate::support::{
-    Scratch, assert_exit, crash_seed, int_column, kill_at_random_moments, test_step_wasm,
+    Scratch, assert_exit, crash_seed, int_column, kill_after_first_checkpoint,
+    kill_at_random_moments, test_step_wasm,
 };
 
 const ROWS: i64 = 80_000;
@@ -211,20 +212,7 @@ fn killed_and_resumed_with_another_parallelism(data: Data) {
     // About 380 batches at 10 ms: 4 s of work, more than the kills take.
     let parallelisms = [2, 3, 1, 2];
     s.write("t.toml", &topology(data, parallelisms[0], 40_000, 10));
-    // The first kill waits for a checkpoint, so the harness always tests a
-    // resume: on a loaded machine all three random kills could otherwise
-    // land before the first manifest.
-    let mut first = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while s.files(".fvhost/splits/manifests").is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline && first.try_wait().ok().flatten().is_none(),
-            "the first run checkpoints before it ends (seed {seed})"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    first.kill().expect("SIGKILL");
-    let _ = first.wait();
+    kill_after_first_checkpoint(&s, &["run", "t.toml", "--no-progress"], "splits");
     kill_at_random_moments(
         &s,
         &["run", "t.toml", "--no-progress"],

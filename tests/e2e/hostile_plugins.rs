@@ -395,22 +395,21 @@ fn wait_running(s: &Scratch) {
     std::thread::sleep(Duration::from_millis(1500));
 }
 
-/// With the default 30 s budget and a step that sleeps 60 s per batch,
-/// SIGTERM took 87 s to end the run (three queued batches × 30 s, each
-/// answer accepted). The bound is one `call_timeout` plus the final
-/// checkpoint: the sleeping call fails at its budget and the run ends.
-#[test]
-fn sigterm_ends_a_run_within_one_call_timeout() {
-    let (s, mut child) = sleeping_run();
-    signal(&child, libc::SIGTERM);
+/// Send SIGTERM to `child` and wait for it to exit (killing it and
+/// failing past `limit`): its status, how long it took, its stderr.
+fn sigterm_and_wait(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> (std::process::ExitStatus, Duration, String) {
+    signal(child, libc::SIGTERM);
     let sent = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
             break status;
         }
-        if sent.elapsed() > Duration::from_secs(120) {
+        if sent.elapsed() > limit {
             let _ = child.kill();
-            panic!("the run did not end within 120 s of SIGTERM");
+            panic!("the run did not end within {limit:?} of SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -419,6 +418,17 @@ fn sigterm_ends_a_run_within_one_call_timeout() {
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut stderr);
     }
+    (status, took, stderr)
+}
+
+/// With the default 30 s budget and a step that sleeps 60 s per batch,
+/// SIGTERM took 87 s to end the run (three queued batches × 30 s, each
+/// answer accepted). The bound is one `call_timeout` plus the final
+/// checkpoint: the sleeping call fails at its budget and the run ends.
+#[test]
+fn sigterm_ends_a_run_within_one_call_timeout() {
+    let (s, mut child) = sleeping_run();
+    let (status, took, stderr) = sigterm_and_wait(&mut child, Duration::from_secs(120));
     // One 30 s budget, and room for a loaded machine; three would be 90 s.
     assert!(
         took < Duration::from_secs(55),
@@ -427,6 +437,36 @@ fn sigterm_ends_a_run_within_one_call_timeout() {
     assert!(status.code().is_some(), "ended by a signal: {stderr}");
     let record = status_record(&s);
     assert_ne!(record["state"], "RUNNING", "{record}");
+}
+
+/// A step that sleeps 20 s per batch, within the default 30 s budget:
+/// a graceful stop waits for the call in flight and then for every batch
+/// queued behind it, 20 s each (minutes). The stop bound cuts it at the
+/// longest `call_timeout` plus `checkpoint.final_timeout` (30 s + 2 s):
+/// the run exits 1 without its final checkpoint, FAILED, saying why.
+#[test]
+fn a_stop_slower_than_its_bound_exits_at_the_bound() {
+    let s = Scratch::new();
+    let topology = step_topology(300, 10, r#"{ mode = "slow", value = 20000 }"#, "").replacen(
+        "[sources.nums]",
+        "[checkpoint]\nfinal_timeout = \"2s\"\n\n[sources.nums]",
+        1,
+    );
+    s.write("t.toml", &topology);
+    let mut child = s.spawn_fvhost(&["run", "t.toml", "--no-progress"]);
+    wait_running(&s);
+    let (status, took, stderr) = sigterm_and_wait(&mut child, Duration::from_secs(150));
+    // Gracefully: the rest of the first call and eight queued ones, 20 s
+    // each; the bound is 32 s, and room for a loaded machine.
+    assert_eq!(status.code(), Some(1), "took {took:?}: {stderr}");
+    assert!(took < Duration::from_secs(75), "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("did not stop within 32s of the stop signal"),
+        "{stderr}"
+    );
+    let record = status_record(&s);
+    assert_eq!(record["state"], "FAILED", "{record}");
+    assert_error_says(&record, "without its final checkpoint");
 }
 
 /// The status record as the run left it (the file, not `fvhost status`).

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{Scratch, assert_exit, crash_at, crash_seed, kill_at_random_moments};
+use crate::support::{
+    Scratch, assert_exit, crash_at, crash_seed, kill_after_first_checkpoint, kill_at_random_moments,
+};
 
 /// Words (a, b, c, bad, boom) → `test-keyed-step` keyed by word on two
 /// tasks, counting rows per word in host state and emitting the counts at
@@ -197,6 +199,7 @@ fn a_keyed_step_killed_at_random_moments_and_rescaled_commits_one_runs_rows() {
     // ~4 s of input: every kill lands mid-stream.
     s.write("t.toml", &velocity(5000, 2));
     eprintln!("(seed {seed})");
+    kill_after_first_checkpoint(&s, &["run", "t.toml", "--no-progress"], "velocity");
     kill_at_random_moments(
         &s,
         &["run", "t.toml", "--no-progress"],

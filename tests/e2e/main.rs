@@ -36,5 +36,6 @@ mod sandbox;
 mod serve;
 mod serve_hostile;
 mod serve_tls;
+mod split_watermarks;
 mod stateful;
 mod walkthrough;

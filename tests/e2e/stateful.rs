@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::support::{
-    Scratch, assert_exit, crash_at, crash_seed, kill_at_random_moments, next_random,
+    Scratch, assert_exit, crash_at, crash_seed, kill_after_first_checkpoint,
+    kill_at_random_moments, next_random,
 };
 
 /// Nexmark bids from two generator tasks → per-auction tumbling windows of
@@ -119,6 +120,7 @@ fn window_runs_killed_at_random_moments_equal_one_uninterrupted_run() {
     // ~10 s of input: every kill lands mid-stream.
     s.write("t.toml", &windows(4000));
     eprintln!("(seed {seed})");
+    kill_after_first_checkpoint(&s, &["run", "t.toml", "--no-progress"], "win");
     kill_at_random_moments(
         &s,
         &["run", "t.toml", "--no-progress"],

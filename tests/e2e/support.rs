@@ -213,6 +213,25 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Start `fvhost <args>`, wait until the topology `name` has written its
+/// first manifest, then SIGKILL it. A crash harness calls this first so
+/// that it always tests a resume: on a loaded machine every random kill
+/// could otherwise land before the first checkpoint.
+pub fn kill_after_first_checkpoint(s: &Scratch, args: &[&str], name: &str) {
+    let manifests = format!(".fvhost/{name}/manifests");
+    let mut child = s.spawn_fvhost(args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !s.files(&manifests).iter().any(|f| f.ends_with(".json")) {
+        assert!(
+            std::time::Instant::now() < deadline && child.try_wait().ok().flatten().is_none(),
+            "the run checkpoints (into {manifests}) before it ends"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+}
+
 /// Start `fvhost <args>` and SIGKILL it `kills` times, each after
 /// `min_ms` plus a random part of `spread_ms` (seeded: `state`); each run
 /// must still be going when it is killed. `after_kill` runs after each.

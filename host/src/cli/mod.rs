@@ -22,6 +22,7 @@ pub mod run;
 mod serve;
 mod server;
 mod status;
+mod stop;
 mod validate;
 
 /// Exit code of a runtime failure.

@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -220,23 +219,14 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
     }
 }
 
-/// The error of a run a second Ctrl-C (or SIGTERM) ended.
-pub const SECOND_SIGNAL: &str = "exited on a second stop signal, before its final checkpoint; run it again to resume from its last checkpoint";
-
 /// Stop on the first Ctrl-C (or SIGTERM): sources stop, in-flight batches
-/// finish, sinks commit; exit at once on the second.
+/// finish, sinks commit, within the run's stop bound; exit at once on the
+/// second.
 pub fn install_stop_handler(control: Arc<RunControl>) -> anyhow::Result<()> {
-    let presses = AtomicUsize::new(0);
-    ctrlc::set_handler(move || {
-        if presses.fetch_add(1, Ordering::SeqCst) == 0 {
-            eprintln!("\nstopping: finishing in-flight batches and committing sinks (press Ctrl-C again to exit now)");
-            control.request_stop();
-        } else {
-            fvhost::runtime::status::abandon_running(SECOND_SIGNAL);
-            std::process::exit(130);
-        }
-    })
-    .context("installing the Ctrl-C handler")
+    super::stop::on_stop_signals(
+        "stopping: finishing in-flight batches and committing sinks (press Ctrl-C again to exit now)",
+        move || control.request_stop(),
+    )
 }
 
 /// Parse `--cluster` (`kafka://host:port[,host:port…]`).

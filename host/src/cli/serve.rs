@@ -148,17 +148,10 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
     let engine = Arc::new(engine(cache_dir)?);
     let notify = Arc::new(tokio::sync::Notify::new());
     let n = Arc::clone(&notify);
-    let signals = std::sync::atomic::AtomicU32::new(0);
-    ctrlc::set_handler(move || {
-        if signals.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
-            eprintln!("\nfvhost serve: second signal, exiting now (topologies resume from their last checkpoint)");
-            fvhost::runtime::status::abandon_running(super::run::SECOND_SIGNAL);
-            std::process::exit(130);
-        }
-        eprintln!("\nstopping: every topology takes a final checkpoint (press Ctrl-C again to exit now)");
-        n.notify_one();
-    })
-    .context("installing the Ctrl-C handler")?;
+    super::stop::on_stop_signals(
+        "stopping: every topology takes a final checkpoint (press Ctrl-C again to exit now)",
+        move || n.notify_one(),
+    )?;
     let config = fvhost::serve::ServeConfig {
         bind,
         data_dir,

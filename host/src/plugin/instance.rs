@@ -422,6 +422,12 @@ impl SourceInstance {
         &self.sandbox.plugin.metadata.name
     }
 
+    /// Whether the plugin reads its splits one after another (see
+    /// [`super::PluginMetadata::splits_in_turn`]).
+    pub fn reads_splits_in_turn(&self) -> bool {
+        self.sandbox.plugin.metadata.splits_in_turn
+    }
+
     /// Instantiate and `open` with `config` (JSON).
     pub fn open(
         engine: &PluginEngine,

@@ -142,6 +142,13 @@ pub struct PluginMetadata {
     /// The language it is written in (`rust`, `python`, `js`), when its
     /// SDK or build said: the host's advice to its author is in it.
     pub language: Option<String>,
+    /// A source that reads its splits one after another (`splits=in-turn`,
+    /// as `file-source` reads byte ranges and files): a split it has not
+    /// started yet holds no watermark back, as a split it has not been
+    /// assigned yet in Flink; only the splits it is reading do. Otherwise
+    /// (splits read together, as Kafka partitions) every split holds the
+    /// watermark back from the start until it delivers, finishes or idles.
+    pub splits_in_turn: bool,
 }
 
 /// Why a component is not an fvhost plugin this host can run.
@@ -214,6 +221,7 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
         has_metadata_section: section.is_some(),
         capabilities: None,
         language: None,
+        splits_in_turn: false,
         config_schema: custom_section(bytes, "fv-plugin-config-schema")?
             .filter(|s| !s.is_empty())
             .map(|s| String::from_utf8_lossy(&s).into_owned()),
@@ -228,6 +236,7 @@ pub fn read(bytes: &[u8], exports: &[String]) -> Result<PluginMetadata, Metadata
                 Some(("version", v)) => meta.version = v.to_string(),
                 Some(("description", v)) => meta.description = v.to_string(),
                 Some(("language", v)) if !v.is_empty() => meta.language = Some(v.to_string()),
+                Some(("splits", v)) => meta.splits_in_turn = v.trim() == "in-turn",
                 Some(("capabilities", v)) => {
                     meta.capabilities = Some(
                         v.split(',')

@@ -48,6 +48,9 @@ pub struct PackageSpec {
     pub config_schema: Option<String>,
     /// The language it is written in (`rust`, `python`, `js`).
     pub language: Option<String>,
+    /// A source that reads its splits one after another (see
+    /// [`super::PluginMetadata::splits_in_turn`]).
+    pub splits_in_turn: bool,
 }
 
 /// Why a component could not be packaged.
@@ -171,6 +174,9 @@ pub fn metadata_text(spec: &PackageSpec, world: &ExportedWorld) -> String {
     if let Some(language) = &spec.language {
         text.push_str(&format!("language={language}\n"));
     }
+    if spec.splits_in_turn {
+        text.push_str("splits=in-turn\n");
+    }
     text
 }
 
@@ -189,6 +195,16 @@ pub fn package(component: &[u8], spec: &PackageSpec) -> Result<Vec<u8>, PackageE
         });
     }
     check_spec(spec)?;
+    if spec.splits_in_turn && world.kind != PluginKind::Source {
+        return Err(PackageError::BadValue {
+            key: "splits",
+            value: "in-turn".into(),
+            reason: format!(
+                "only a source reads splits; the component implements the {} world",
+                world.kind
+            ),
+        });
+    }
     let text = metadata_text(spec, &world);
     let schema = spec.config_schema.as_deref().unwrap_or("");
     with_metadata_sections(component, text.as_bytes(), schema.as_bytes())
@@ -388,6 +404,29 @@ mod tests {
             config_schema: Some(r#"{"type":"object","required":["min_price"]}"#.into()),
             ..PackageSpec::default()
         }
+    }
+
+    #[test]
+    fn a_source_says_it_reads_its_splits_in_turn_and_only_a_source_can() {
+        let file_source = first_party("file-source");
+        assert!(read_back(&file_source).splits_in_turn, "the SDK macro's");
+        assert!(!read_back(&first_party("kafka-source")).splits_in_turn);
+        let source = PackageSpec {
+            package: "acme:files".into(),
+            ..spec()
+        };
+        let unsaid = read_back(&package(&file_source, &source).expect("package"));
+        assert!(!unsaid.splits_in_turn, "a spec without it leaves it unsaid");
+        let in_turn = PackageSpec {
+            splits_in_turn: true,
+            ..source
+        };
+        assert!(read_back(&package(&file_source, &in_turn).expect("package")).splits_in_turn);
+        let err = package(&first_party("pii-redactor"), &in_turn).expect_err("a step");
+        assert!(
+            err.to_string().contains("only a source reads splits"),
+            "{err}"
+        );
     }
 
     #[test]

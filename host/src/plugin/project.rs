@@ -52,6 +52,14 @@ impl From<KindWord> for PluginKind {
     }
 }
 
+/// How a source reads its splits (`splits = "in-turn"` or `"together"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum SplitsWord {
+    InTurn,
+    Together,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProjectFile {
@@ -72,6 +80,8 @@ struct ProjectTable {
     description: String,
     #[serde(default)]
     license: String,
+    /// A source's: `in-turn` when it reads its splits one after another.
+    splits: Option<SplitsWord>,
 }
 
 /// A Python or JavaScript plugin project: its directory and `plugin.toml`.
@@ -140,6 +150,7 @@ impl PluginProject {
                     }
                     .to_string(),
                 ),
+                splits_in_turn: p.splits == Some(SplitsWord::InTurn),
             },
             config_schema: p.config_schema,
         })
@@ -293,7 +304,13 @@ mod tests {
         assert_eq!(p.language, Language::Python);
         assert_eq!(p.spec.kind, Some(PluginKind::Sink));
         assert_eq!(p.spec.capabilities, None);
+        assert!(!p.spec.splits_in_turn);
         assert!(p.component_path().ends_with("target/main.wasm"));
+        let source = "[plugin]\npackage = \"acme:x\"\nversion = \"0.1.0\"\nkind = \"source\"\nlanguage = \"python\"\nmain = \"main.py\"\n";
+        let p = project(&format!("{source}splits = \"in-turn\"\n")).expect("loads");
+        assert!(p.spec.splits_in_turn);
+        let e = project(&format!("{source}splits = \"sideways\"\n")).expect_err("refused");
+        assert!(e.to_string().contains("in-turn"), "{e}");
     }
 
     /// A JavaScript project whose `npm install` has not run is refused

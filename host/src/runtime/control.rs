@@ -21,6 +21,8 @@ pub const CHECKPOINT_HISTORY: usize = 20;
 #[derive(Debug, Default)]
 pub struct RunControl {
     stop: AtomicBool,
+    /// How long a stop may take, in milliseconds (0: not known yet).
+    stop_bound_ms: AtomicU64,
     failed: AtomicBool,
     first_failure: Mutex<Option<String>>,
     /// Serialises sealing an epoch against failing the run.
@@ -69,6 +71,21 @@ impl RunControl {
     /// Whether a stop was requested.
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Set how long a stop of this run may take (its topology's
+    /// [`crate::topology::Topology::stop_bound`]).
+    pub fn set_stop_bound(&self, bound: std::time::Duration) {
+        let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.stop_bound_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// How long a stop of this run may take, once the run knows it.
+    pub fn stop_bound(&self) -> Option<std::time::Duration> {
+        match self.stop_bound_ms.load(Ordering::SeqCst) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
     }
 
     /// Record a task failure (the first one is the run's error).

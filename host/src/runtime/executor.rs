@@ -234,6 +234,7 @@ fn run_job(
     member: Option<&MemberRun>,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    control.set_stop_bound(plan.topology.stop_bound());
     let owned = Owned::of(&plan, member);
     let mut resume = match member {
         None => resume(&mut plan, &store)?,
@@ -1247,9 +1248,12 @@ impl SourceTask {
 
     fn run_inner(&mut self, control: &RunControl) -> Result<(), TaskError> {
         let mut drained = false;
-        if self.event_time.is_some() {
-            // A split that has not delivered yet must hold the watermark
-            // back (until it idles), or its first rows would be late.
+        if self.event_time.is_some() && !self.instance.reads_splits_in_turn() {
+            // Splits read together: one that has not delivered yet must
+            // hold the watermark back (until it idles), or its first rows
+            // would be late. A source that reads its splits in turn holds
+            // it back only by the split it reads: the ones after it would
+            // otherwise hold every window until the last one starts.
             let splits = self.instance.splits()?;
             self.clock.expect(&splits);
         }

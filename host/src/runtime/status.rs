@@ -430,13 +430,31 @@ type Running = Vec<(u64, Arc<RunRecord>, Arc<AtomicBool>)>;
 static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Vec::new());
 
 /// Write every run of this process that is still RUNNING as FAILED with
-/// `why`: for an exit that will not let them finish (a second Ctrl-C).
-pub fn abandon_running(why: &str) {
+/// `why`: for an exit that will not let them finish (a second Ctrl-C, a
+/// stop past its bound). Returns how many there were.
+pub fn abandon_running(why: &str) -> usize {
     let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
     for (_, run, done) in running.iter() {
         done.store(true, Ordering::Relaxed);
         run.write(RunState::Failed, Some(why.to_string()));
     }
+    running.len()
+}
+
+/// The longest [`RunControl::stop_bound`] of this process's runs still
+/// RUNNING (a run that has not planned far enough to know its own counts
+/// with the default topology's), or `None` when none runs.
+pub fn longest_stop_bound() -> Option<Duration> {
+    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    running
+        .iter()
+        .map(|(_, run, _)| {
+            run.control.stop_bound().unwrap_or_else(|| {
+                crate::plugin::SandboxPolicy::default().call_timeout
+                    + crate::topology::Settings::default().checkpoint_final_timeout
+            })
+        })
+        .max()
 }
 
 /// A source `nums` and a sink `out` joined by one edge of one channel of

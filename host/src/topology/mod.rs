@@ -330,6 +330,9 @@ pub struct Settings {
     /// A stateful task writes all its state every this many epochs, and
     /// only what changed in the epochs between.
     pub checkpoint_full_every: usize,
+    /// On a stop, how long the final checkpoint may take once the calls
+    /// in flight have had their `call_timeout` (see [`Topology::stop_bound`]).
+    pub checkpoint_final_timeout: Duration,
     /// Whether sources are told which columns (and rows) the topology
     /// reads (`push_down = false` reads everything, e.g. to compare).
     pub push_down: bool,
@@ -346,6 +349,7 @@ impl Default for Settings {
             checkpoint_interval: Duration::from_secs(5),
             checkpoint_retain: 3,
             checkpoint_full_every: 10,
+            checkpoint_final_timeout: Duration::from_secs(30),
             push_down: true,
             cluster: None,
         }
@@ -401,6 +405,21 @@ impl Topology {
             uses.push((format!("sinks.{}", s.name), &s.plugin, PluginKind::Sink));
         }
         uses
+    }
+
+    /// How long a stop (Ctrl-C, SIGTERM) may take: the longest
+    /// `call_timeout` of its plugins (a call in flight runs out its budget)
+    /// plus `checkpoint.final_timeout` (the final checkpoint). Past it the
+    /// run is abandoned without its final checkpoint, and its next run
+    /// resumes from the last one.
+    pub fn stop_bound(&self) -> Duration {
+        let longest_call = self
+            .plugin_uses()
+            .iter()
+            .map(|(_, u, _)| u.sandbox.call_timeout)
+            .max()
+            .unwrap_or_default();
+        longest_call + self.settings.checkpoint_final_timeout
     }
 
     /// [`Topology::plugin_uses`], mutable (registry resolution rewrites
@@ -530,6 +549,29 @@ plugin = "blackhole-sink"
         assert!(text.contains("checkpoint.full_every"), "{text}");
         assert!(text.contains("at least 1"), "{text}");
         assert_eq!(err.0[0].line, Some(2), "{err}");
+    }
+
+    #[test]
+    fn the_stop_bound_is_the_longest_call_timeout_plus_the_final_checkpoint_timeout() {
+        let topology = |checkpoint: &str, sink_budget: &str| {
+            format!(
+                "{checkpoint}\n[sources.s]\nplugin = \"generator\"\ncall_timeout = \"5s\"\n[sinks.k]\ninput = \"s\"\nplugin = \"blackhole-sink\"\n{sink_budget}\n"
+            )
+        };
+        let t = parse(&topology("", "")).expect("valid");
+        assert_eq!(t.stop_bound(), Duration::from_secs(30 + 30), "defaults");
+        let t = parse(&topology(
+            "[checkpoint]\nfinal_timeout = \"2s\"",
+            "call_timeout = \"45s\"",
+        ))
+        .expect("valid");
+        assert_eq!(t.stop_bound(), Duration::from_secs(45 + 2));
+        let err =
+            parse(&topology("[checkpoint]\nfinal_timeout = \"soon\"", "")).expect_err("invalid");
+        assert!(
+            err.to_string().contains("checkpoint.final_timeout"),
+            "{err}"
+        );
     }
 
     #[test]

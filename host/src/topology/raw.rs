@@ -55,6 +55,8 @@ struct RawCheckpoint {
     retain: Option<usize>,
     /// Epochs per full state snapshot (the rest write only changes).
     full_every: Option<usize>,
+    /// How long the final checkpoint of a stop may take (`"30s"`).
+    final_timeout: Option<String>,
 }
 
 /// The `[cluster]` table: run as a member of a cluster (`--cluster`
@@ -401,6 +403,12 @@ fn read_settings(raw: &RawTopology, map: &SourceMap, errors: &mut Vec<Diagnostic
             )),
             Some(n) => settings.checkpoint_full_every = n,
             None => {}
+        }
+        if let Some(timeout) = &checkpoint.final_timeout {
+            match parse_duration(timeout) {
+                Ok(d) => settings.checkpoint_final_timeout = d,
+                Err(m) => errors.push(map.at_key("checkpoint.final_timeout", m)),
+            }
         }
     }
     settings

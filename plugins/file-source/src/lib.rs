@@ -792,4 +792,5 @@ fv_plugin_sdk::export_source!(
     FileSource,
     capabilities = "files",
     config_schema = include_str!("../config.schema.json"),
+    splits = "in-turn",
 );

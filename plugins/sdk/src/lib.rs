@@ -133,6 +133,9 @@ pub mod __private {
         pub capabilities: &'static str,
         /// JSON Schema of the `config` table; empty for none.
         pub config_schema: &'static str,
+        /// How a source reads its splits: `in-turn` (one after another),
+        /// or empty (together).
+        pub splits: &'static str,
     }
 
     /// The `capabilities` of a plugin that declared none (the host then
@@ -146,6 +149,7 @@ pub mod __private {
                 package,
                 capabilities: UNDECLARED,
                 config_schema: "",
+                splits: "",
             }
         }
 
@@ -155,6 +159,15 @@ pub mod __private {
                 ""
             } else {
                 "\ncapabilities="
+            }
+        }
+
+        /// `"\nsplits="` when a source said how it reads its splits.
+        pub const fn splits_key(&self) -> &'static str {
+            if self.splits.is_empty() {
+                ""
+            } else {
+                "\nsplits="
             }
         }
 
@@ -234,7 +247,7 @@ macro_rules! __fv_plugin_metadata {
             fields
         };
         #[allow(dead_code)]
-        const __FV_PLUGIN_METADATA_PARTS: [&str; 6] = [
+        const __FV_PLUGIN_METADATA_PARTS: [&str; 8] = [
             concat!("name=", env!("CARGO_PKG_NAME"), "\npackage="),
             __FV_PLUGIN_FIELDS.package,
             concat!(
@@ -251,6 +264,8 @@ macro_rules! __fv_plugin_metadata {
             ),
             __FV_PLUGIN_FIELDS.capabilities_key(),
             __FV_PLUGIN_FIELDS.capabilities_value(),
+            __FV_PLUGIN_FIELDS.splits_key(),
+            __FV_PLUGIN_FIELDS.splits,
             "\n",
         ];
         #[cfg(target_family = "wasm")]
@@ -278,7 +293,12 @@ macro_rules! __fv_plugin_metadata {
 ///   `allow_env`, `kafka` for `allow_kafka`, `network`); the host refuses a
 ///   grant the plugin did not declare. Without it, grants are unchecked;
 /// - `config_schema = include_str!("../config.schema.json")`: the JSON
-///   Schema of the plugin's `config` table, checked by `fvhost validate`.
+///   Schema of the plugin's `config` table, checked by `fvhost validate`;
+/// - `splits = "in-turn"`: the source reads its splits one after another
+///   (byte ranges, files), so a split it has not started holds no
+///   watermark back — only the one it reads does, until it names it in
+///   `finished`. Leave it out when splits are read together (partitions):
+///   then each holds the watermark back until it delivers or idles.
 #[macro_export]
 macro_rules! export_source {
     ($ty:ty $(, $key:ident = $value:expr)* $(,)?) => {

@@ -58,6 +58,12 @@ pub struct PackageArgs {
     /// is in it.
     #[arg(long, value_parser = ["rust", "python", "js"])]
     pub language: Option<String>,
+    /// How a source reads its splits: `in-turn` (one after another, as
+    /// files or byte ranges: only the split it reads holds the watermark
+    /// back) or `together` (as partitions: each holds it until it
+    /// delivers) [default: together].
+    #[arg(long, value_parser = ["in-turn", "together"])]
+    pub splits: Option<String>,
     /// Where to write the packaged component [default: over FILE].
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -100,6 +106,7 @@ pub fn execute(args: PackageArgs) -> anyhow::Result<ExitCode> {
         }),
         config_schema,
         language: args.language,
+        splits_in_turn: args.splits.as_deref() == Some("in-turn"),
     };
     let packaged = match package(&bytes, &spec) {
         Ok(p) => p,
