@@ -341,6 +341,19 @@ pub fn plugin_metadata(data: &[u8]) {
     }
 }
 
+/// Bytes as the start of a Parquet column chunk a plugin hands the host →
+/// [`crate::plugin::parquet_pages::read_page_header`]: a header it reads
+/// lies within the bytes, and garbage is an error, never a panic or a
+/// loop over a claimed count.
+pub fn parquet_page_header(data: &[u8]) {
+    if let Ok(sizes) = crate::plugin::parquet_pages::read_page_header(data) {
+        assert!(
+            sizes.header as usize <= data.len(),
+            "a header past its bytes"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +375,7 @@ mod tests {
         ("plugin_ipc_compressed", plugin_ipc_compressed),
         ("manifest", manifest),
         ("plugin_metadata", plugin_metadata),
+        ("parquet_page_header", parquet_page_header),
     ];
 
     fn corpus_dir(target: &str) -> PathBuf {
@@ -513,6 +527,11 @@ mod tests {
         let mut zstd_claim = vec![1u8];
         zstd_claim.extend_from_slice(&(1i64 << 40).to_le_bytes());
         seeds.push(("plugin_ipc_compressed", "zstd-tib".to_string(), zstd_claim));
+        seeds.push((
+            "parquet_page_header",
+            "claims-2gib".to_string(),
+            crate::plugin::parquet_pages::data_page_header(i64::from(i32::MAX), 16, &[0x15, 0x04]),
+        ));
         let empty = RecordBatch::try_new_with_options(
             Arc::new(Schema::empty()),
             vec![],

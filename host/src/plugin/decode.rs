@@ -12,7 +12,9 @@
 //!
 //! This module must never open a file or reach anything beyond the bytes
 //! it is given, and must never let malformed input take the host down: a
-//! panic inside the decoder becomes an error naming the row group.
+//! panic inside the decoder becomes an error naming the row group, and no
+//! Parquet page is decompressed whose header claims more than the
+//! plugin's `memory_limit` ([`super::parquet_pages`]).
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -236,7 +238,8 @@ impl ParquetFile {
 
     /// The batches of row group `group` read from `chunks`: the top-level
     /// `columns` (all when `None`), the rows `selection` reads (all when
-    /// empty), up to `batch_rows` rows per batch.
+    /// empty), up to `batch_rows` rows per batch; refused when a page of
+    /// theirs claims more than `page_limit` bytes uncompressed.
     pub fn read_row_group(
         &self,
         group: u32,
@@ -244,6 +247,7 @@ impl ParquetFile {
         selection: &[RowRun],
         batch_rows: u32,
         chunks: Vec<FileBytes>,
+        page_limit: u64,
     ) -> Result<ParquetRows, String> {
         let groups = self.metadata.metadata().num_row_groups();
         let index = usize::try_from(group).unwrap_or(usize::MAX);
@@ -262,6 +266,12 @@ impl ParquetFile {
         let chunks = HandedBytes::new(chunks)?;
         let held = chunks.ranges.iter().map(|(_, b)| b.len() as u64).sum();
         let context = format!("row group {group}");
+        super::parquet_pages::check_row_group(
+            self.metadata.metadata().row_group(index),
+            |start| chunks.from(start).ok(),
+            page_limit,
+        )
+        .map_err(|e| format!("{context}: {e}"))?;
         let reader = guard(&context, || {
             let mut builder =
                 ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, self.metadata.clone())
@@ -439,12 +449,20 @@ impl HostParquetFile for HostState {
         chunks: Vec<FileBytes>,
     ) -> Result<Resource<ParquetRows>, String> {
         let bytes: u64 = chunks.iter().map(|c| c.bytes.len() as u64).sum();
+        let page_limit = self.memory.limit as u64;
         self.holding(bytes, |s| {
             let rows = s
                 .table
                 .get(&file)
                 .map_err(|e| e.to_string())?
-                .read_row_group(group, columns.as_deref(), &selection, batch_rows, chunks)?;
+                .read_row_group(
+                    group,
+                    columns.as_deref(),
+                    &selection,
+                    batch_rows,
+                    chunks,
+                    page_limit,
+                )?;
             s.table.push(rows).map_err(|e| e.to_string())
         })
     }
@@ -546,6 +564,58 @@ mod tests {
         out
     }
 
+    /// No page limit (for the tests that are not about it).
+    const NO_LIMIT: u64 = u64::MAX;
+
+    #[test]
+    fn a_page_claiming_more_than_the_memory_limit_is_refused_before_it_is_read() {
+        use super::super::parquet_pages::{data_page_header, read_page_header};
+        let bytes = file(1);
+        let parquet = ParquetFile::parse(footer(&bytes)).expect("footer");
+        // Every page of a real file passes a limit it fits, and not one it
+        // does not.
+        let mut rows = parquet
+            .read_row_group(0, None, &[], 1000, all(&bytes), 1 << 20)
+            .expect("real pages");
+        assert_eq!(ids(&mut rows, 1000).len(), 1000);
+        let small = parquet.read_row_group(0, None, &[], 1000, all(&bytes), 100);
+        assert!(small.is_err_and(|e| e.contains("memory_limit")));
+        // Column `id`'s first page header made to claim 2 GiB - 1 bytes
+        // uncompressed (the parquet reader would reserve them all).
+        let range = first_chunk(&parquet);
+        let start = range.start as u64;
+        let chunk = &bytes[range];
+        let page = read_page_header(chunk).expect("a real header");
+        let mut forged = data_page_header(i64::from(i32::MAX), page.compressed as i64, &[]);
+        forged.extend_from_slice(&chunk[page.header as usize..]);
+        let handed = vec![FileBytes {
+            offset: start,
+            bytes: forged,
+        }];
+        let refused = parquet
+            .read_row_group(0, Some(&[0]), &[], 1000, handed, 64 << 20)
+            .map(|_| ())
+            .expect_err("a 2 GiB page claim");
+        assert!(
+            refused.contains("row group 0")
+                && refused.contains("column `id`")
+                && refused.contains("claims 2147483647 bytes uncompressed")
+                && refused.contains("memory_limit of 64 MiB"),
+            "{refused}"
+        );
+    }
+
+    /// The bytes of row group 0's first column chunk.
+    fn first_chunk(parquet: &ParquetFile) -> Range<usize> {
+        let (start, len) = parquet
+            .metadata
+            .metadata()
+            .row_group(0)
+            .column(0)
+            .byte_range();
+        start as usize..(start + len) as usize
+    }
+
     fn footer(bytes: &[u8]) -> &[u8] {
         let n = bytes.len();
         let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().expect("4 bytes")) as usize;
@@ -598,13 +668,13 @@ mod tests {
             },
         ];
         let mut rows = parquet
-            .read_row_group(1, Some(&[0]), &selection, 300, all(&bytes))
+            .read_row_group(1, Some(&[0]), &selection, 300, all(&bytes), NO_LIMIT)
             .expect("group");
         let expected: Vec<i64> = (1010..1015).chain(1515..2000).collect();
         assert_eq!(ids(&mut rows, 300), expected);
         // Every row, every column: the schema is the file's.
         let mut rows = parquet
-            .read_row_group(2, None, &[], 300, all(&bytes))
+            .read_row_group(2, None, &[], 300, all(&bytes), NO_LIMIT)
             .expect("group");
         let first = rows.next_batch().expect("batch").expect("a batch");
         let batch = crate::ipc::decode_batch(first.ipc).expect("ipc");
@@ -631,11 +701,11 @@ mod tests {
             bytes: bytes[..end as usize].to_vec(),
         }];
         let mut rows = parquet
-            .read_row_group(0, None, &[], 1000, first.clone())
+            .read_row_group(0, None, &[], 1000, first.clone(), NO_LIMIT)
             .expect("group 0");
         assert_eq!(ids(&mut rows, 1000), (0..1000).collect::<Vec<_>>());
         let failed = parquet
-            .read_row_group(1, None, &[], 1000, first)
+            .read_row_group(1, None, &[], 1000, first, NO_LIMIT)
             .and_then(|mut r| r.next_batch().map(|_| ()));
         let message = failed.expect_err("group 1 was not handed over");
         assert!(message.contains("were not handed over"), "{message}");
@@ -659,7 +729,7 @@ mod tests {
         let parquet = ParquetFile::parse(footer(&bytes)).expect("footer");
         assert!(
             parquet
-                .read_row_group(5, None, &[], 10, all(&bytes))
+                .read_row_group(5, None, &[], 10, all(&bytes), NO_LIMIT)
                 .is_err_and(|e| e.contains("row group 5 does not exist"))
         );
         let short = [RowRun {
@@ -668,26 +738,17 @@ mod tests {
         }];
         assert!(
             parquet
-                .read_row_group(0, None, &short, 10, all(&bytes))
+                .read_row_group(0, None, &short, 10, all(&bytes), NO_LIMIT)
                 .is_err_and(|e| e.contains("covers 3 rows; the group has 1000"))
         );
         // The column chunks overwritten with noise: decoding fails with
         // the row group named, and the host goes on.
         let mut noise = bytes.clone();
-        let (start, len) = parquet
-            .metadata
-            .metadata()
-            .row_group(0)
-            .column(0)
-            .byte_range();
-        for (i, b) in noise[start as usize..(start + len) as usize]
-            .iter_mut()
-            .enumerate()
-        {
+        for (i, b) in noise[first_chunk(&parquet)].iter_mut().enumerate() {
             *b = (i * 131 % 251) as u8;
         }
         let failed = parquet
-            .read_row_group(0, None, &[], 1000, all(&noise))
+            .read_row_group(0, None, &[], 1000, all(&noise), NO_LIMIT)
             .and_then(|mut r| {
                 while r.next_batch()?.is_some() {}
                 Ok(())

@@ -25,6 +25,7 @@ pub mod kafka;
 mod keyed_state;
 pub(crate) mod metadata;
 pub mod package;
+pub(crate) mod parquet_pages;
 pub mod project;
 mod sandbox;
 pub mod trial;
