@@ -603,6 +603,29 @@ mod tests {
                 && refused.contains("memory_limit of 64 MiB"),
             "{refused}"
         );
+        // A page claiming more bytes than its chunk holds: refused before
+        // the reader looks for them.
+        let mut overrun = data_page_header(
+            page.uncompressed as i64,
+            (page.compressed + chunk.len() as u64) as i64,
+            &[],
+        );
+        overrun.extend_from_slice(&chunk[page.header as usize..]);
+        overrun.resize(chunk.len(), 0);
+        let handed = vec![FileBytes {
+            offset: start,
+            bytes: overrun,
+        }];
+        let refused = parquet
+            .read_row_group(0, Some(&[0]), &[], 1000, handed, 64 << 20)
+            .map(|_| ())
+            .expect_err("a page past its chunk");
+        assert!(
+            refused.contains("row group 0")
+                && refused.contains("column `id`: its pages end at byte")
+                && refused.contains("past the chunk's end"),
+            "{refused}"
+        );
     }
 
     /// The bytes of row group 0's first column chunk.

@@ -65,11 +65,9 @@ pub(crate) fn check_row_group(
         let name = column.column_path().string();
         let chunk = &bytes[..usize::try_from(len).unwrap_or(usize::MAX).min(bytes.len())];
         let mut at = 0u64;
-        while at < chunk.len() as u64 {
-            let page = usize::try_from(at)
-                .ok()
-                .and_then(|at| chunk.get(at..))
-                .unwrap_or_default();
+        while let Some(page) = usize::try_from(at).ok().and_then(|at| chunk.get(at..))
+            && !page.is_empty()
+        {
             let sizes = read_page_header(page)
                 .map_err(|e| format!("column `{name}`, page at byte {}: {e}", start + at))?;
             if sizes.uncompressed > limit {
@@ -84,7 +82,8 @@ pub(crate) fn check_row_group(
                 .saturating_add(sizes.header)
                 .saturating_add(sizes.compressed);
         }
-        if at != chunk.len() as u64 && chunk.len() as u64 == len {
+        // A chunk handed over whole whose last page runs past its end.
+        if at != len && chunk.len() as u64 == len {
             return Err(format!(
                 "column `{name}`: its pages end at byte {}, past the chunk's end at {}",
                 start + at,

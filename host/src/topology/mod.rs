@@ -419,7 +419,8 @@ impl Topology {
             .map(|(_, u, _)| u.sandbox.call_timeout)
             .max()
             .unwrap_or_default();
-        longest_call + self.settings.checkpoint_final_timeout
+        // Both are up to u64::MAX seconds as written: saturate, not panic.
+        longest_call.saturating_add(self.settings.checkpoint_final_timeout)
     }
 
     /// [`Topology::plugin_uses`], mutable (registry resolution rewrites
@@ -566,6 +567,13 @@ plugin = "blackhole-sink"
         ))
         .expect("valid");
         assert_eq!(t.stop_bound(), Duration::from_secs(45 + 2));
+        let forever = "18000000000000000000s";
+        let t = parse(&topology(
+            &format!("[checkpoint]\nfinal_timeout = \"{forever}\""),
+            &format!("call_timeout = \"{forever}\""),
+        ))
+        .expect("valid");
+        assert_eq!(t.stop_bound(), Duration::MAX, "saturates");
         let err =
             parse(&topology("[checkpoint]\nfinal_timeout = \"soon\"", "")).expect_err("invalid");
         assert!(
