@@ -23,6 +23,7 @@ mod hostile_plugins;
 mod js;
 mod kafka;
 mod keyed_step;
+mod network;
 mod nexmark;
 mod nexmark_oracle;
 mod object_store;

@@ -65,6 +65,15 @@ pub struct ServeArgs {
     /// `allow_env` or `kafka_secrets` (repeatable; none by default).
     #[arg(long = "allow-secret-env", value_name = "NAME")]
     pub allow_secret_env: Vec<String>,
+    /// A TCP peer hosted topologies may open with `allow_connect`
+    /// (repeatable; none by default): `db.internal:5432`, `[::1]:6379`.
+    #[arg(long = "allow-connect", value_name = "HOST:PORT", value_parser = parse_connect)]
+    pub allow_connect: Vec<fvhost::plugin::network::ConnectGrant>,
+    /// A URL prefix hosted topologies may send requests under with
+    /// `allow_http` (repeatable; none by default); a topology's prefix
+    /// must lie under one: `https://api.example.com/v1/`.
+    #[arg(long = "allow-http", value_name = "PREFIX", value_parser = parse_http)]
+    pub allow_http: Vec<fvhost::plugin::network::HttpGrant>,
     /// Serve HTTPS with this certificate chain (PEM; with --tls-key).
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
@@ -93,6 +102,8 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
         max_watchers,
         allow_roots,
         allow_secret_env,
+        allow_connect,
+        allow_http,
         tls_cert,
         tls_key,
         insecure,
@@ -166,6 +177,8 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
                 })
                 .collect::<anyhow::Result<_>>()?,
             secret_env: allow_secret_env,
+            connect: allow_connect,
+            http: allow_http,
         },
         quotas: fvhost::serve::Quotas {
             topologies: max_topologies,
@@ -178,6 +191,16 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
     };
     fvhost::serve::serve(config, engine, async move { notify.notified().await })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Parse `--allow-connect HOST:PORT`.
+fn parse_connect(text: &str) -> Result<fvhost::plugin::network::ConnectGrant, String> {
+    fvhost::plugin::network::ConnectGrant::parse(text)
+}
+
+/// Parse `--allow-http PREFIX`.
+fn parse_http(text: &str) -> Result<fvhost::plugin::network::HttpGrant, String> {
+    fvhost::plugin::network::HttpGrant::parse(text)
 }
 
 /// Parse a size flag (`8GiB`, `512MiB`).

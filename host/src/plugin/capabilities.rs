@@ -13,7 +13,7 @@ pub const CAPABILITIES: [(&str, &str); 4] = [
     ("files", "allow_read / allow_write"),
     ("env", "allow_env"),
     ("kafka", "allow_kafka"),
-    ("network", "none yet: fvhost lends no sockets"),
+    ("network", "allow_connect / allow_http"),
 ];
 
 /// Whether `plugin`'s declaration is well-formed and covers what the
@@ -55,6 +55,12 @@ pub fn undeclared_grants(
     };
     let has = |c: &str| declared.iter().any(|d| d == c);
     let mut out = Vec::new();
+    if !policy.network.connect.is_empty() && !has("network") {
+        out.push(("allow_connect", "network"));
+    }
+    if !policy.network.http.is_empty() && !has("network") {
+        out.push(("allow_http", "network"));
+    }
     if !policy.read_dirs.is_empty() && !has("files") {
         out.push(("allow_read", "files"));
     }

@@ -58,7 +58,10 @@ impl PluginEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| load_error("(linker)", e))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+            .map_err(|e| load_error("(linker)", e))?;
         super::call_budget::link(&mut linker).map_err(|e| load_error("(linker)", e))?;
+        super::network::sockets::link(&mut linker).map_err(|e| load_error("(linker)", e))?;
         super::write_grant::link(&mut linker).map_err(|e| load_error("(linker)", e))?;
         bindings::log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| load_error("(linker)", e))?;

@@ -180,7 +180,7 @@ impl Sandbox {
         Some(self.error(
             FailureKind::Timeout,
             format!(
-                "a call ran longer than its call_timeout of {:?}: it was blocked waiting (a sleep or timed wait of {wanted:?}), cut off at the budget",
+                "a call ran longer than its call_timeout of {:?}: it was blocked {wanted}, cut off at the budget",
                 self.policy.call_timeout
             ),
         ))
@@ -230,6 +230,12 @@ impl Sandbox {
                     crate::topology::format_size(self.policy.memory_limit as u64)
                 ),
             );
+        }
+        // A wait on the network cut at the budget traps from the host call.
+        if let Some(blocked) = self.blocked_past_budget()
+            && err.downcast_ref::<Trap>().is_none()
+        {
+            return blocked;
         }
         let reason = match err.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => {

@@ -24,6 +24,7 @@ mod instance;
 pub mod kafka;
 mod keyed_state;
 pub(crate) mod metadata;
+pub mod network;
 pub mod package;
 pub(crate) mod parquet_pages;
 pub mod project;

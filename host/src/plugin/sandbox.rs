@@ -3,7 +3,8 @@
 //!
 //! This module owns the store's data ([`HostState`]) and the `log` import.
 //! It must never grant anything the policy does not name: no inherited
-//! environment, no network, no directory outside `allow_read`/`allow_write`,
+//! environment, no socket or request outside `allow_connect`/`allow_http`
+//! ([`super::network`]), no directory outside `allow_read`/`allow_write`,
 //! no Kafka client without `allow_kafka`, and no host stdio: a guest's
 //! stdout and stderr go to the log through [`super::guest_output`]. The one
 //! exception is the first-party stdout-sink, whose rows are its output: it
@@ -23,6 +24,9 @@ use super::bindings::log;
 use super::catalog::{FIRST_PARTY, LoadedPlugin};
 use super::guest_output::{GuestOutput, OutputBudget, Stream};
 use super::kafka::KafkaGrant;
+use super::network::NetworkGrant;
+use super::network::http::HttpGate;
+use super::network::sockets::NetworkPolicy;
 
 /// What a plugin instance may touch, from the topology.
 #[derive(Debug, Clone)]
@@ -39,6 +43,8 @@ pub struct SandboxPolicy {
     pub call_timeout: Duration,
     /// The Kafka capability, when the topology grants it.
     pub kafka: Option<KafkaGrant>,
+    /// `allow_connect` and `allow_http` (empty: no network at all).
+    pub network: NetworkGrant,
 }
 
 impl Default for SandboxPolicy {
@@ -50,6 +56,7 @@ impl Default for SandboxPolicy {
             memory_limit: 512 << 20,
             call_timeout: Duration::from_secs(30),
             kafka: None,
+            network: NetworkGrant::default(),
         }
     }
 }
@@ -105,9 +112,13 @@ pub(crate) struct HostState {
     pub(crate) kafka: Option<KafkaGrant>,
     /// When the current guarded call's budget (`call_timeout`) ends.
     pub(crate) call_deadline: Option<std::time::Instant>,
-    /// A wait of the current call that was cut at its budget: how long
-    /// the guest wanted to wait.
-    pub(crate) blocked_past_budget: Option<std::time::Duration>,
+    /// A wait of the current call that was cut at its budget.
+    pub(crate) blocked_past_budget: Option<super::call_budget::BlockedWait>,
+    /// `allow_connect`/`allow_http`, the node's counters, and who this is.
+    pub(crate) network: NetworkPolicy,
+    /// `wasi:http`'s state and the hooks that check `allow_http`.
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_gate: HttpGate,
     /// A keyed step's table and row keys, lent for the call under way.
     pub(crate) keyed: super::keyed_state::KeyedCall,
     /// Bytes the host holds for this plugin's decoders.
@@ -141,6 +152,14 @@ impl HostState {
         for (name, value) in &policy.env {
             builder.env(name, value);
         }
+        let network = NetworkPolicy::new(
+            &policy.network,
+            &identity.topology,
+            &identity.stage,
+            plugin,
+            identity.label(),
+        );
+        super::network::sockets::configure(&mut builder, &network);
         for (guest, host) in &policy.read_dirs {
             builder
                 .preopened_dir(host, guest, FsPerms::ReadOnly)
@@ -167,6 +186,9 @@ impl HostState {
             kafka: policy.kafka.clone(),
             call_deadline: None,
             blocked_past_budget: None,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_gate: HttpGate::new(network.clone(), policy.memory_limit),
+            network,
             keyed: Default::default(),
         })
     }
@@ -195,6 +217,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_gate,
         }
     }
 }

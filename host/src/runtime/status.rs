@@ -67,6 +67,10 @@ pub struct StageStatus {
     /// first: the last minute at most.
     #[serde(default)]
     pub rows_per_second: Vec<u64>,
+    /// A plugin node with a network grant: connections, requests, bytes
+    /// and refusals through it, all its tasks together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::plugin::network::NetworkUse>,
 }
 
 /// How full one edge is: the bounded channels from every task of `from`
@@ -358,6 +362,7 @@ pub fn record(
                 read_to_write: Some(m.read_to_write.snapshot()).filter(|h| h.count > 0),
                 read_to_commit: Some(m.read_to_commit.snapshot()).filter(|h| h.count > 0),
                 rows_per_second: m.rate_history.rates(),
+                network: crate::plugin::network::usage(topology, &m.name),
             })
             .collect(),
         edges: metrics.iter().flat_map(|m| m.edge_status()).collect(),

@@ -70,6 +70,13 @@ type PluginFamily = (
     fn(&crate::plugin::usage::PluginUsage) -> String,
 );
 
+/// A per-node network counter: name, help, and how to read it.
+type NetworkFamily = (
+    &'static str,
+    &'static str,
+    fn(&crate::plugin::network::NetworkUse) -> u64,
+);
+
 /// Escape a label value.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -259,6 +266,50 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
         let _ = writeln!(out, "# TYPE {metric} counter");
         for (plugin, u) in &usage {
             let _ = writeln!(out, "{metric}{{plugin=\"{}\"}} {}", label(plugin), value(u));
+        }
+    }
+    let network_families: [NetworkFamily; 5] = [
+        (
+            "fvhost_plugin_connections_total",
+            "TCP connections a plugin node opened through allow_connect.",
+            |u| u.connections,
+        ),
+        (
+            "fvhost_plugin_network_refused_total",
+            "Connections, lookups, listens and HTTP requests of a plugin node that no grant names.",
+            |u| u.refused,
+        ),
+        (
+            "fvhost_plugin_http_requests_total",
+            "HTTP requests a plugin node sent through allow_http.",
+            |u| u.http_requests,
+        ),
+        (
+            "fvhost_plugin_http_sent_bytes_total",
+            "Request body bytes a plugin node sent through allow_http.",
+            |u| u.http_bytes_sent,
+        ),
+        (
+            "fvhost_plugin_http_received_bytes_total",
+            "Response body bytes a plugin node read through allow_http.",
+            |u| u.http_bytes_received,
+        ),
+    ];
+    for (metric, help, value) in network_families {
+        let _ = writeln!(out, "# HELP {metric} {help}");
+        let _ = writeln!(out, "# TYPE {metric} counter");
+        for (topology, _, record) in topologies {
+            for stage in record.iter().flat_map(|r| &r.stages) {
+                if let Some(u) = &stage.network {
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{topology=\"{}\",node=\"{}\"}} {}",
+                        label(topology),
+                        label(&stage.name),
+                        value(u)
+                    );
+                }
+            }
         }
     }
     let _ = writeln!(

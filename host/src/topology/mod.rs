@@ -534,6 +534,90 @@ plugin = "blackhole-sink"
         assert_eq!(config["events"], 3);
     }
 
+    fn network_topology(grants: &str) -> String {
+        format!(
+            r#"
+[sources.s]
+plugin = "generator"
+config = {{ kind = "sequence", events = 3 }}
+[sinks.k]
+input = "s"
+plugin = "blackhole-sink"
+{grants}
+"#
+        )
+    }
+
+    #[test]
+    fn network_grants_are_parsed_and_a_bad_one_names_its_key() {
+        let t = parse(&network_topology(
+            r#"allow_connect = ["DB.internal:5432", "[::1]:6379"]
+allow_http = ["https://api.example.com/v1/"]"#,
+        ))
+        .expect("valid");
+        let grant = &t.sinks[0].plugin.sandbox.network;
+        let connect: Vec<String> = grant.connect.iter().map(|g| g.to_string()).collect();
+        assert_eq!(connect, ["db.internal:5432", "[::1]:6379"]);
+        assert_eq!(grant.http[0].to_string(), "https://api.example.com:443/v1/");
+        let e = parse(&network_topology(
+            r#"allow_connect = ["db.internal"]
+allow_http = ["ftp://files.example.com/"]"#,
+        ))
+        .expect_err("bad grants")
+        .to_string();
+        assert!(
+            e.contains("sinks.k.allow_connect.0") && e.contains("host:port"),
+            "{e}"
+        );
+        assert!(
+            e.contains("sinks.k.allow_http.0") && e.contains("not http or https"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_hosted_topology_reaches_only_what_the_operator_allows() {
+        let confinement = Confinement {
+            connect: vec![
+                crate::plugin::network::ConnectGrant::parse("db.internal:5432").expect("grant"),
+            ],
+            http: vec![
+                crate::plugin::network::HttpGrant::parse("https://api.example.com/v1/")
+                    .expect("grant"),
+            ],
+            ..Confinement::default()
+        };
+        let confined = |grants: &str| {
+            Topology::parse_confined(
+                Path::new("/nonexistent/t.toml"),
+                &network_topology(grants),
+                &confinement,
+            )
+        };
+        confined(
+            r#"allow_connect = ["db.internal:5432"]
+allow_http = ["https://api.example.com/v1/items/"]"#,
+        )
+        .expect("inside the allow-lists");
+        let e = confined(
+            r#"allow_connect = ["db.internal:22"]
+allow_http = ["https://api.example.com/", "https://api.example.com/v10/"]"#,
+        )
+        .expect_err("outside")
+        .to_string();
+        assert!(
+            e.contains("sinks.k.allow_connect.0")
+                && e.contains("--allow-connect db.internal:22")
+                && e.contains("it allows db.internal:5432"),
+            "{e}"
+        );
+        assert!(
+            e.contains("sinks.k.allow_http.0") && e.contains("sinks.k.allow_http.1"),
+            "{e}"
+        );
+        assert!(e.contains("--allow-http PREFIX"), "{e}");
+    }
+
     #[test]
     fn checkpoint_full_every_defaults_to_10_and_refuses_0_naming_the_key() {
         let topology = |checkpoint: &str| {

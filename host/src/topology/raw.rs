@@ -23,6 +23,7 @@ use super::{
     Settings, SinkNode, SourceMap, SourceNode, StageKind, StageNode, TableNode, Topology,
     parse_duration, parse_duration_or_zero, parse_size,
 };
+use crate::plugin::network::{ConnectGrant, HttpGrant, NetworkGrant};
 use crate::plugin::{KafkaGrant, SandboxPolicy};
 
 #[derive(Deserialize)]
@@ -97,6 +98,8 @@ struct RawNode {
     allow_write: Option<Vec<String>>,
     allow_env: Option<Vec<String>>,
     allow_kafka: Option<Vec<String>>,
+    allow_connect: Option<Vec<String>>,
+    allow_http: Option<Vec<String>>,
     kafka_client: Option<BTreeMap<String, String>>,
     kafka_secrets: Option<BTreeMap<String, String>>,
     memory_limit: Option<String>,
@@ -132,6 +135,8 @@ impl RawNode {
             allow_write: self.allow_write.take(),
             allow_env: self.allow_env.take(),
             allow_kafka: self.allow_kafka.take(),
+            allow_connect: self.allow_connect.take(),
+            allow_http: self.allow_http.take(),
             kafka_client: self.kafka_client.take(),
             kafka_secrets: self.kafka_secrets.take(),
             memory_limit: self.memory_limit.take(),
@@ -160,6 +165,8 @@ struct RawSandbox {
     allow_write: Option<Vec<String>>,
     allow_env: Option<Vec<String>>,
     allow_kafka: Option<Vec<String>>,
+    allow_connect: Option<Vec<String>>,
+    allow_http: Option<Vec<String>>,
     kafka_client: Option<BTreeMap<String, String>>,
     kafka_secrets: Option<BTreeMap<String, String>>,
     memory_limit: Option<String>,
@@ -670,6 +677,20 @@ fn check_name(ctx: &Ctx<'_>, key: &str, name: &str, errors: &mut Vec<Diagnostic>
     }
 }
 
+/// An operator's allow-list as the error shows it.
+fn listed<T: std::fmt::Display>(list: &[T]) -> String {
+    match list.is_empty() {
+        true => "it allows none".into(),
+        false => format!(
+            "it allows {}",
+            list.iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 /// Where a hosted topology's grants and plugin files may point, and
 /// which environment variables it may read (`fvhost serve`).
 #[derive(Debug, Clone, Default)]
@@ -678,6 +699,11 @@ pub struct Confinement {
     pub roots: Vec<PathBuf>,
     /// Environment variables `allow_env` and `kafka_secrets` may name.
     pub secret_env: Vec<String>,
+    /// TCP peers `allow_connect` may name (`--allow-connect`).
+    pub connect: Vec<ConnectGrant>,
+    /// URL prefixes `allow_http` may name, each under one of these
+    /// (`--allow-http`).
+    pub http: Vec<HttpGrant>,
 }
 
 pub(super) struct Ctx<'a> {
@@ -880,6 +906,7 @@ impl Ctx<'_> {
     fn sandbox(&self, key: &str, raw: RawSandbox, errors: &mut Vec<Diagnostic>) -> SandboxPolicy {
         let mut policy = SandboxPolicy {
             kafka: self.kafka_grant(key, &raw, errors),
+            network: self.network_grant(key, &raw, errors),
             ..SandboxPolicy::default()
         };
         for (i, dir) in raw.allow_read.unwrap_or_default().into_iter().enumerate() {
@@ -946,6 +973,57 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// `allow_connect` and `allow_http` of one node, each entry checked
+    /// and, under `fvhost serve`, held to the operator's allow-lists.
+    fn network_grant(
+        &self,
+        key: &str,
+        raw: &RawSandbox,
+        errors: &mut Vec<Diagnostic>,
+    ) -> NetworkGrant {
+        let mut grant = NetworkGrant::default();
+        for (i, text) in raw.allow_connect.iter().flatten().enumerate() {
+            let at = format!("{key}.allow_connect.{i}");
+            match ConnectGrant::parse(text) {
+                Ok(g) => match self.confinement {
+                    Some(c) if !c.connect.contains(&g) => errors.push(self.map.at_key(
+                        &at,
+                        format!(
+                            "`{g}` is not a peer this server lets topologies reach ({}; the operator adds one with --allow-connect {g})",
+                            listed(&c.connect)
+                        ),
+                    )),
+                    _ => grant.connect.push(g),
+                },
+                Err(e) => errors.push(self.map.at_key(&at, e)),
+            }
+        }
+        for (i, text) in raw.allow_http.iter().flatten().enumerate() {
+            let at = format!("{key}.allow_http.{i}");
+            match HttpGrant::parse(text) {
+                Ok(g) => {
+                    let under = |op: &HttpGrant| {
+                        url::Url::parse(&g.to_string()).is_ok_and(|u| op.permits(&u))
+                    };
+                    match self.confinement {
+                        Some(c) if !c.http.iter().any(under) => {
+                            errors.push(self.map.at_key(
+                                &at,
+                                format!(
+                                    "`{text}` is not under a URL prefix this server lets topologies reach ({}; the operator adds one with --allow-http PREFIX)",
+                                    listed(&c.http)
+                                ),
+                            ))
+                        }
+                        _ => grant.http.push(g),
+                    }
+                }
+                Err(e) => errors.push(self.map.at_key(&at, e)),
+            }
+        }
+        grant
+    }
+
     /// `allow_kafka`, `kafka_client` and `kafka_secrets` of one node.
     fn kafka_grant(
         &self,

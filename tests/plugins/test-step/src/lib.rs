@@ -34,7 +34,15 @@
 //!   `log` import per batch, each with a forged host line after a newline,
 //!   and pass every row on;
 //! - `symlink`: at open, create a symbolic link `path` (inside a write
-//!   grant) to `/etc/passwd`; fail the open if that is refused.
+//!   grant) to `/etc/passwd`; fail the open if that is refused;
+//! - `net-tcp`: per batch, connect to `path` (`host:port`) with std's
+//!   `TcpStream`, send `ping\n`, read one line back and append it as a
+//!   column `content`; any error fails the batch, naming it;
+//! - `net-listen`: per batch, try to listen on `path` (`host:port`);
+//! - `net-udp`: per batch, try to send a datagram to `path`;
+//! - `net-http`: per batch, GET `path` (a URL) through `wasi:http`,
+//!   following up to 3 redirects, and append `<status> <body>` as a
+//!   column `content`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -133,6 +141,17 @@ impl Step for TestStep {
                 symlink_to_passwd(&path).map_err(|e| {
                     ConfigError::at("path", format!("cannot create the link `{path}`: {e}"))
                 })?;
+            }
+            "net-tcp" | "net-http" => {
+                if config.path.is_none() {
+                    return Err(ConfigError::at("path", "the net modes need `path`"));
+                }
+                output = append_fields(&input, [Field::new("content", DataType::Utf8, false)]);
+            }
+            "net-listen" | "net-udp" => {
+                if config.path.is_none() {
+                    return Err(ConfigError::at("path", "the net modes need `path`"));
+                }
             }
             "read-file" => {
                 let path = config
@@ -329,17 +348,52 @@ impl Step for TestStep {
                     batch.num_rows()
                 ])))
             }
+            "net-tcp" | "net-http" => {
+                let target = self.config.path.clone().unwrap_or_default();
+                let text = match self.config.mode.as_str() {
+                    "net-tcp" => net::tcp_line(&target),
+                    _ => net::http_get(&target),
+                }
+                .map_err(|e| ProcessError::Failed(format!("{target}: {e}")))?;
+                self.with_content(&batch, text)
+            }
+            "net-listen" | "net-udp" => {
+                let target = self.config.path.clone().unwrap_or_default();
+                let tried = match self.config.mode.as_str() {
+                    "net-listen" => std::net::TcpListener::bind(&target).map(drop),
+                    _ => std::net::UdpSocket::bind("0.0.0.0:0")
+                        .and_then(|s| s.send_to(b"ping", &target))
+                        .map(drop),
+                };
+                match tried {
+                    Ok(()) => Ok(StepOutput::Keep(BooleanArray::from(vec![
+                        true;
+                        batch.num_rows()
+                    ]))),
+                    Err(e) => Err(ProcessError::Failed(format!(
+                        "{} {target}: {e}",
+                        self.config.mode
+                    ))),
+                }
+            }
             "read-file" => {
                 let text = self.content.clone().unwrap_or_default();
-                let content: ArrayRef = Arc::new(StringArray::from(vec![text; batch.num_rows()]));
-                let mut columns = batch.columns().to_vec();
-                columns.push(content);
-                RecordBatch::try_new(Arc::clone(&self.output), columns)
-                    .map(StepOutput::Batch)
-                    .map_err(|e| ProcessError::Failed(e.to_string()))
+                self.with_content(&batch, text)
             }
             _ => Err(ProcessError::Failed("unknown mode".into())),
         }
+    }
+}
+
+impl TestStep {
+    /// `batch` with a column `content` of `text` in every row.
+    fn with_content(&self, batch: &RecordBatch, text: String) -> Result<StepOutput, ProcessError> {
+        let content: ArrayRef = Arc::new(StringArray::from(vec![text; batch.num_rows()]));
+        let mut columns = batch.columns().to_vec();
+        columns.push(content);
+        RecordBatch::try_new(Arc::clone(&self.output), columns)
+            .map(StepOutput::Batch)
+            .map_err(|e| ProcessError::Failed(e.to_string()))
     }
 }
 
@@ -378,8 +432,10 @@ fn fv_plugin_sdk_filter(
     RecordBatch::try_new(batch.schema(), columns).map_err(|e| ProcessError::Failed(e.to_string()))
 }
 
+mod net;
+
 fv_plugin_sdk::export_step!(
     TestStep,
-    capabilities = "files",
+    capabilities = "files,network",
     config_schema = include_str!("../config.schema.json"),
 );
