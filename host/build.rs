@@ -20,6 +20,7 @@ const PLUGINS: &[&str] = &[
     "velocity-check",
     "kafka-source",
     "kafka-sink",
+    "http-sink",
     "test-step",
     "test-keyed-step",
     "source-v0-3",

@@ -20,6 +20,8 @@ mod file_splits;
 mod guest_output;
 mod guest_sdk;
 mod hostile_plugins;
+mod http_server;
+mod http_sink;
 mod js;
 mod kafka;
 mod keyed_step;

@@ -4,11 +4,12 @@
 //! message naming it, and a peer that never answers is cut at the call's
 //! budget.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::http_server::{HttpServer, Reply};
 use crate::support::{Scratch, assert_exit, test_step_wasm};
 
 /// A line server on loopback: answers `pong <line>` to each line, or
@@ -52,92 +53,45 @@ impl LineServer {
     }
 }
 
-/// An HTTP/1.1 server on loopback with four paths: `/v1/hello` (200
-/// `hello`), `/v1/away` (302 to `/admin/secret`), `/admin/secret` (200
-/// `secret`) and `/v1/hang` (never answers). It records every path asked.
-struct HttpServer {
-    port: u16,
+/// The HTTP server of these tests: `/v1/hello` (200 `hello`), `/v1/away`
+/// (302 to `/admin/secret`), `/admin/secret` (200 `secret`) and
+/// `/v1/hang` (never answers). It records every path asked.
+struct PathServer {
+    server: HttpServer,
     paths: Arc<Mutex<Vec<String>>>,
 }
 
-impl HttpServer {
+impl PathServer {
     fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
         let paths = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&paths);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let seen = Arc::clone(&seen);
-                std::thread::spawn(move || serve_one(stream, port, &seen));
+        let port = Arc::new(std::sync::OnceLock::<u16>::new());
+        let own = Arc::clone(&port);
+        let server = HttpServer::start(move |request| {
+            seen.lock().expect("lock").push(request.path.clone());
+            let port = own.get().copied().unwrap_or_default();
+            match request.path.as_str() {
+                "/v1/hello" => Reply::Answer("200 OK", String::new(), b"hello".to_vec()),
+                "/v1/away" => Reply::Answer(
+                    "302 Found",
+                    format!("Location: http://127.0.0.1:{port}/admin/secret\r\n"),
+                    Vec::new(),
+                ),
+                "/admin/secret" => Reply::Answer("200 OK", String::new(), b"secret".to_vec()),
+                "/v1/hang" => Reply::Hang,
+                _ => Reply::Answer("404 Not Found", String::new(), b"no".to_vec()),
             }
         });
-        HttpServer { port, paths }
+        let _ = port.set(server.port);
+        PathServer { server, paths }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        self.server.url(path)
     }
 
     fn paths(&self) -> Vec<String> {
         self.paths.lock().expect("lock").clone()
-    }
-}
-
-fn serve_one(stream: TcpStream, port: u16, seen: &Mutex<Vec<String>>) {
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if !reader.read_line(&mut request_line).is_ok_and(|n| n > 0) {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if !reader.read_line(&mut header).is_ok_and(|n| n > 0) {
-                return;
-            }
-            if header.trim().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let path = request_line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        seen.lock().expect("lock").push(path.clone());
-        let (status, extra, body) = match path.as_str() {
-            "/v1/hello" => ("200 OK", String::new(), "hello"),
-            "/v1/away" => (
-                "302 Found",
-                format!("Location: http://127.0.0.1:{port}/admin/secret\r\n"),
-                "",
-            ),
-            "/admin/secret" => ("200 OK", String::new(), "secret"),
-            "/v1/hang" => {
-                std::thread::sleep(Duration::from_secs(120));
-                return;
-            }
-            _ => ("404 Not Found", String::new(), "no"),
-        };
-        let response = format!(
-            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if writer.write_all(response.as_bytes()).is_err() {
-            return;
-        }
     }
 }
 
@@ -330,7 +284,7 @@ fn a_peer_that_never_answers_is_cut_at_the_call_budget() {
 
 #[test]
 fn http_reaches_the_granted_prefix_only_redirects_included() {
-    let server = HttpServer::start();
+    let server = PathServer::start();
     let grant = format!("allow_http = [\"{}\"]", server.url("/v1/"));
     let s = Scratch::new();
     let ok = run(&s, "net-http", &server.url("/v1/hello"), &grant);
@@ -352,11 +306,11 @@ fn http_reaches_the_granted_prefix_only_redirects_included() {
         // The redirect reaches the plugin; following it is a new request.
         (server.url("/v1/away"), "/admin/secret"),
         (
-            format!("https://127.0.0.1:{}/v1/hello", server.port),
+            format!("https://127.0.0.1:{}/v1/hello", server.server.port),
             "https://127.0.0.1",
         ),
         (
-            format!("http://localhost:{}/v1/hello", server.port),
+            format!("http://localhost:{}/v1/hello", server.server.port),
             "http://localhost",
         ),
     ] {
@@ -397,7 +351,7 @@ fn http_reaches_the_granted_prefix_only_redirects_included() {
 
 #[test]
 fn a_response_that_never_comes_is_cut_at_the_call_budget() {
-    let server = HttpServer::start();
+    let server = PathServer::start();
     let s = Scratch::new();
     let grant = format!("allow_http = [\"{}\"]", server.url("/v1/"));
     let run = run(&s, "net-http", &server.url("/v1/hang"), &grant);

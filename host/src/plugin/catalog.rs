@@ -43,6 +43,10 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/kafka_sink.wasm")),
     ),
     (
+        "http-sink",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/http_sink.wasm")),
+    ),
+    (
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),
