@@ -25,12 +25,14 @@ const WIT_DIR = join(SDK_ROOT, 'wit');
 const KINDS = ['source', 'sink', 'step'];
 
 /**
- * The WASI features of componentize-js the host does not provide: it links
- * WASI preview 2 without wasi:http, so fetch() support is left out (stdio,
- * random and clocks are linked by the host and kept: console.error lands in
- * the host's log, Math.random and Date.now work).
+ * The WASI features of componentize-js the host does not provide: plugins
+ * are called, they serve no requests, so the incoming-handler export is
+ * left out. Outgoing HTTP stays: `fetch()` goes through the host's
+ * wasi:http, under the node's `allow_http` grant (refused without one).
+ * Stdio, random and clocks are linked by the host too: console.error lands
+ * in the host's log, Math.random and Date.now work.
  */
-const DISABLED_FEATURES = ['http', 'fetch-event'];
+const DISABLED_FEATURES = ['fetch-event'];
 
 /** The component could not be built; the message's first line says why. */
 export class BuildError extends Error {

@@ -244,3 +244,58 @@ pub fn assert_the_second_start_is_cached(wasm: &Path, language: &str) {
         "the cached start ({cached:?}) is not much faster than the first ({first:?})"
     );
 }
+
+/// `wasm` (a step whose config `url` it GETs once per batch, appending
+/// `<status> <body>` as a column `answer`) reaches a loopback server under
+/// its `allow_http` grant, and is refused outside it: the plugin sees the
+/// refusal as its language's network error, the host's log names it.
+pub fn assert_fetches_only_under_its_http_grant(wasm: &Path, refused_says: &str) {
+    use crate::http_server::{HttpServer, Reply};
+    let server = HttpServer::start(|request| match request.path.as_str() {
+        "/v1/hello" => Reply::Answer("200 OK", String::new(), b"hello".to_vec()),
+        _ => Reply::Answer("404 Not Found", String::new(), b"no".to_vec()),
+    });
+    let topology = |grant: &str| {
+        format!(
+            r#"
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = 3 }}
+
+[stages.fetch]
+input = "nums"
+path = "{wasm}"
+allow_http = ["{grant}"]
+config = {{ url = "{url}" }}
+
+[sinks.out]
+input = "fetch"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#,
+            wasm = wasm.display(),
+            url = server.url("/v1/hello"),
+        )
+    };
+    let s = Scratch::new();
+    s.write("t.toml", &topology(&server.url("/v1/")));
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let lines = s.output_lines("out");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| json(l)["answer"] == "200 hello"),
+        "{lines:?}"
+    );
+    let s = Scratch::new();
+    s.write("t.toml", &topology(&server.url("/v2/")));
+    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stderr.contains("the sandbox refused an HTTP GET to ")
+            && run.stderr.contains(refused_says),
+        "{}",
+        run.stderr
+    );
+}

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use crate::guest_sdk::{
-    BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
+    BIDS, assert_exactly_the_poison_rows_are_dead_lettered,
+    assert_fetches_only_under_its_http_grant, assert_price_filter_output,
     assert_the_second_start_is_cached, build_once, fvhost, hash_tree, write_raw_bids,
 };
 use crate::support::{Scratch, assert_exit, repo};
@@ -201,17 +202,30 @@ fn a_js_step_that_throws_on_some_rows_has_exactly_those_dead_lettered() {
     });
 }
 
+/// An async step's `fetch()` goes through the host's wasi:http under the
+/// node's `allow_http`; outside it fetch() rejects.
+#[test]
+fn a_js_step_fetches_under_its_http_grant_only() {
+    let wasm = build("tests/plugins/fetcher.js", "step");
+    assert_fetches_only_under_its_http_grant(&wasm, "TypeError: NetworkError");
+}
+
 /// A JS source feeding a JS sink: the source's rows all arrive, and the
-/// sink logs each committed epoch's count.
+/// sink logs each committed epoch's count; the same with a sink whose
+/// `prepare` and `commit` are async (their promises settle in the call).
 #[test]
 fn a_js_source_feeds_a_js_sink() {
-    let s = Scratch::new();
     let source = build("tests/plugins/counter.js", "source");
-    let sink = build("tests/plugins/row_counter.js", "sink");
-    s.write(
-        "t.toml",
-        &format!(
-            r#"name = "js-ends"
+    for file in [
+        "tests/plugins/row_counter.js",
+        "tests/plugins/async_row_counter.js",
+    ] {
+        let s = Scratch::new();
+        let sink = build(file, "sink");
+        s.write(
+            "t.toml",
+            &format!(
+                r#"name = "js-ends"
 [sources.count]
 path = "{}"
 config = {{ count = 1000, batch = 64, reject_every = 100 }}
@@ -220,15 +234,16 @@ input = "count"
 path = "{}"
 config = {{}}
 "#,
-            source.display(),
-            sink.display()
-        ),
-    );
-    let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
-    assert_exit(&run, 0);
-    let counted = crate::walkthrough::logged_epoch_rows(&run.stderr);
-    // Every 100th number is rejected by the source (dead-lettered), the rest arrive.
-    assert_eq!(counted, 990, "{}", run.stderr);
+                source.display(),
+                sink.display()
+            ),
+        );
+        let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
+        assert_exit(&run, 0);
+        let counted = crate::walkthrough::logged_epoch_rows(&run.stderr);
+        // Every 100th number is rejected by the source (dead-lettered), the rest arrive.
+        assert_eq!(counted, 990, "{file}: {}", run.stderr);
+    }
 }
 
 #[test]

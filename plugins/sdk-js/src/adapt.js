@@ -13,9 +13,18 @@ import { Columns, describeError, exported, Keep, ProcessError, TaskContext } fro
  * `result<T, string>`: the value of `f()`, or the error described.
  * @param {() => unknown} f
  */
-export function result(f) {
+export function result(f, then = (v) => v) {
   try {
-    return { tag: 'ok', val: f() };
+    const value = f();
+    // An async method (one that awaits fetch(), say): componentize-js runs
+    // the event loop until the promise settles, within the call.
+    if (value && typeof value.then === 'function') {
+      return value.then(
+        (v) => result(() => then(v)),
+        (e) => ({ tag: 'err', val: describeError(e) }),
+      );
+    }
+    return { tag: 'ok', val: then(value) };
   } catch (e) {
     return { tag: 'err', val: describeError(e) };
   }

@@ -22,26 +22,22 @@ class Sink {
     return adapt.inputColumnsOf(this.inner);
   }
 
+  // Each method may be async (await fetch() in it): `adapt.result`
+  // settles the promise within the call.
   write(bytes) {
-    return adapt.result(() => {
-      this.inner.write(readBatch(bytes));
-    });
+    return adapt.result(() => this.inner.write(readBatch(bytes)), () => undefined);
   }
 
   prepare(epoch) {
-    return adapt.result(() => adapt.bytesOf(this.inner.prepare(epoch), 'prepare'));
+    return adapt.result(() => this.inner.prepare(epoch), (v) => adapt.bytesOf(v, 'prepare'));
   }
 
   commit(epoch, handle) {
-    return adapt.result(() => {
-      this.inner.commit(epoch, handle);
-    });
+    return adapt.result(() => this.inner.commit(epoch, handle), () => undefined);
   }
 
   abort(epoch) {
-    return adapt.result(() => {
-      this.inner.abort(epoch);
-    });
+    return adapt.result(() => this.inner.abort(epoch), () => undefined);
   }
 }
 

@@ -35,25 +35,57 @@ class Step {
     } catch (e) {
       return { tag: 'err', val: { tag: 'failed', val: `decoding the input batch: ${e.message}` } };
     }
+    let out;
     try {
-      const [kind, out] = adapt.stepOutput(this.inner.process(batch), batch.numRows);
-      return { tag: 'ok', val: { tag: kind, val: out } };
+      out = this.inner.process(batch);
     } catch (e) {
-      if (e instanceof BadRows) {
-        const rows = e.rows.map((r) => ({ row: r.row, message: String(r.message) }));
-        return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
-      }
-      if (!(e instanceof ProcessError)) {
-        // Poison rows, isolated as the host isolates a Rust step's trap.
-        const bad = raisingRows((part) => this.inner.process(part), batch, e);
-        if (bad.length && !(bad.length === batch.numRows && batch.numRows > 1)) {
-          const rows = bad.map((r) => ({ row: r.row, message: String(r.message) }));
-          return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
-        }
-      }
-      return { tag: 'err', val: { tag: 'failed', val: describeError(e) } };
+      return this.failure(e, batch);
+    }
+    // An async `process` (one that awaits fetch(), say): componentize-js
+    // runs the event loop until the promise settles, within the call.
+    if (out && typeof out.then === 'function') {
+      return out.then(
+        (answer) => this.answer(answer, batch),
+        (e) => failed(e),
+      );
+    }
+    return this.answer(out, batch);
+  }
+
+  answer(out, batch) {
+    try {
+      const [kind, val] = adapt.stepOutput(out, batch.numRows);
+      return { tag: 'ok', val: { tag: kind, val } };
+    } catch (e) {
+      return failed(e);
     }
   }
+
+  failure(e, batch) {
+    if (e instanceof BadRows) {
+      const rows = e.rows.map((r) => ({ row: r.row, message: String(r.message) }));
+      return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
+    }
+    if (!(e instanceof ProcessError)) {
+      // Poison rows, isolated as the host isolates a Rust step's trap.
+      const bad = raisingRows((part) => this.inner.process(part), batch, e);
+      if (bad.length && !(bad.length === batch.numRows && batch.numRows > 1)) {
+        const rows = bad.map((r) => ({ row: r.row, message: String(r.message) }));
+        return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
+      }
+    }
+    return failed(e);
+  }
+}
+
+/** A whole-batch failure (a rejected async `process` is one too: its rows
+ * are not bisected, since each retry would repeat its requests). */
+function failed(e) {
+  if (e instanceof BadRows) {
+    const rows = e.rows.map((r) => ({ row: r.row, message: String(r.message) }));
+    return { tag: 'err', val: { tag: 'bad-rows', val: rows } };
+  }
+  return { tag: 'err', val: { tag: 'failed', val: describeError(e) } };
 }
 
 export const step = { Step };
