@@ -58,8 +58,21 @@ fn receiver(fail: u32) -> (HttpServer, Arc<Mutex<Received>>) {
 }
 
 /// generator (`events` numbers, `rate` per second; 0: as fast as it
-/// can) → http-sink on two tasks posting to `url`.
+/// can) → http-sink on two tasks posting to `url` (`extra`: more config
+/// keys, `, key = value`).
 fn topology(events: u64, rate: u64, url: &str, grant: &str, extra: &str) -> String {
+    spooling_topology(events, rate, url, grant, extra, "")
+}
+
+/// [`topology`] with more keys on the sink node (`node`: whole lines).
+fn spooling_topology(
+    events: u64,
+    rate: u64,
+    url: &str,
+    grant: &str,
+    extra: &str,
+    node: &str,
+) -> String {
     let rate = match rate {
         0 => String::new(),
         r => format!(", rate = {r}"),
@@ -81,6 +94,7 @@ input = "nums"
 plugin = "http-sink"
 parallelism = 2
 allow_http = ["{grant}"]
+{node}
 config = {{ url = "{url}"{extra} }}
 "#
     )
@@ -146,18 +160,29 @@ fn every_row_is_posted_once_per_key_through_a_failing_receiver() {
     );
 }
 
-#[test]
-fn a_sink_killed_at_random_moments_posts_every_row_once_per_key() {
+/// Random SIGKILLs, then a run to the end: every row arrives under one
+/// key. `spool`: epochs wait in files of a granted directory instead of
+/// the checkpoint; none is left once the run ends.
+fn killed_at_random_moments(spool: bool) {
     let (server, received) = receiver(0);
     let seed = crash_seed("http-sink crash harness");
     let mut state = seed;
     let s = Scratch::new();
-    eprintln!("(seed {seed})");
+    eprintln!("(seed {seed}, spool {spool})");
+    let (extra, node) = match spool {
+        true => (r#", spool = "spool""#, r#"allow_write = ["spool"]"#),
+        false => ("", ""),
+    };
     // ~4 s of input: every kill lands mid-stream.
-    s.write(
-        "t.toml",
-        &topology(4000, 1000, &server.url("/ingest"), &server.url("/"), ""),
+    let text = spooling_topology(
+        4000,
+        1000,
+        &server.url("/ingest"),
+        &server.url("/"),
+        extra,
+        node,
     );
+    s.write("t.toml", &text);
     let args = ["run", "t.toml", "--no-progress"];
     kill_after_first_checkpoint(&s, &args, "posts");
     kill_at_random_moments(&s, &args, 4, (150, 500), &mut state, |_| {});
@@ -184,6 +209,24 @@ fn a_sink_killed_at_random_moments_posts_every_row_once_per_key() {
         seqs.len(),
         r.bodies.len()
     );
+    if spool {
+        let left: Vec<String> = s
+            .files("spool")
+            .into_iter()
+            .filter(|f| f.ends_with(".pending"))
+            .collect();
+        assert!(left.is_empty(), "epochs left unsent: {left:?}");
+    }
+}
+
+#[test]
+fn a_sink_killed_at_random_moments_posts_every_row_once_per_key() {
+    killed_at_random_moments(false);
+}
+
+#[test]
+fn a_spooling_sink_killed_at_random_moments_posts_every_row_once_and_leaves_no_file() {
+    killed_at_random_moments(true);
 }
 
 #[test]

@@ -11,6 +11,13 @@
 //! Rows of an epoch that never committed are never sent: they come again
 //! from the sources in a later epoch, with its own key.
 //!
+//! **Where an epoch waits.** In memory by default: `prepare` hands the
+//! body to the host, which keeps it in the checkpoint, so an epoch of one
+//! task is bounded by `max_epoch_bytes` (16 MiB). With `spool = "dir"` (a
+//! directory granted with `allow_write`) the rows go to a file as they
+//! arrive and only its name is checkpointed: memory stays flat whatever
+//! the epoch's size ([`body`]).
+//!
 //! **Histories.** Epoch numbers restart at 1 when a run starts without a
 //! checkpoint, so the key carries a history: random for a task that starts
 //! fresh, and taken from the first handle a restored run commits, so a
@@ -21,14 +28,18 @@
 //! status and the start of the body. 2xx and 409 (the receiver already
 //! has that key) commit.
 
+mod body;
 mod post;
 
 use std::hash::BuildHasher;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::{ConfigError, Sink, TaskContext, log};
+
+use body::{EpochBody, Format, Prepared};
 
 /// The sink's `config` table.
 #[derive(serde::Deserialize)]
@@ -51,9 +62,12 @@ pub struct Config {
     /// The first retry's delay.
     #[serde(default = "two_hundred")]
     pub backoff_ms: u64,
-    /// The largest body of one task's epoch.
+    /// The largest body of one task's epoch held in memory.
     #[serde(default = "sixteen_mib")]
     pub max_epoch_bytes: usize,
+    /// A directory (granted with `allow_write`) for epochs waiting to be
+    /// sent.
+    pub spool: Option<String>,
 }
 
 fn jsonl() -> String {
@@ -69,22 +83,6 @@ fn sixteen_mib() -> usize {
     16 << 20
 }
 
-/// The body format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    JsonLines,
-    Arrow,
-}
-
-impl Format {
-    fn content_type(self) -> &'static str {
-        match self {
-            Format::JsonLines => "application/x-ndjson",
-            Format::Arrow => "application/vnd.apache.arrow.stream",
-        }
-    }
-}
-
 /// One http-sink task.
 pub struct HttpSink {
     url: String,
@@ -93,31 +91,47 @@ pub struct HttpSink {
     retries: u32,
     backoff_ms: u64,
     max_epoch_bytes: usize,
-    schema: SchemaRef,
     /// `{topology}/{sink}/{task}`.
     key_prefix: String,
     /// The key's history: restored from a handle, or drawn before the
     /// first prepare.
     history: Option<String>,
-    /// The current epoch's body so far (JSON lines), or its batches (Arrow).
-    body: Vec<u8>,
-    batches: Vec<RecordBatch>,
+    /// The current epoch's body so far.
+    body: EpochBody,
     rows: u64,
 }
 
-/// What `prepare` hands the host: a magic line, the history, then the body.
+/// What `prepare` hands the host: a magic line, the history, then
+/// `inline\n` and the body, or `spool ` and the spool file's name.
 const HANDLE_MAGIC: &[u8] = b"fv-http-sink/1\n";
 
-fn encode_handle(history: &str, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HANDLE_MAGIC.len() + history.len() + 1 + body.len());
-    out.extend_from_slice(HANDLE_MAGIC);
+fn encode_handle(history: &str, prepared: Option<&Prepared>) -> Vec<u8> {
+    let mut out = Vec::from(HANDLE_MAGIC);
     out.extend_from_slice(history.as_bytes());
     out.push(b'\n');
-    out.extend_from_slice(body);
+    match prepared {
+        None => {}
+        Some(Prepared::Memory(body)) => {
+            out.extend_from_slice(b"inline\n");
+            out.extend_from_slice(body);
+        }
+        Some(Prepared::Spooled(name)) => {
+            out.extend_from_slice(b"spool ");
+            out.extend_from_slice(name.as_bytes());
+        }
+    }
     out
 }
 
-fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, &[u8]), String> {
+/// A handle read back: its history and what to send.
+#[derive(Debug)]
+enum Stored<'a> {
+    Nothing,
+    Inline(&'a [u8]),
+    Spooled(&'a str),
+}
+
+fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, Stored<'_>), String> {
     let bad = || format!("the checkpoint's handle of epoch {epoch} is not an http-sink handle");
     let rest = handle.strip_prefix(HANDLE_MAGIC).ok_or_else(bad)?;
     let end = rest.iter().position(|b| *b == b'\n').ok_or_else(bad)?;
@@ -125,7 +139,21 @@ fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, &[u8]), String> {
     if history.is_empty() || !history.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
-    Ok((history.to_string(), &rest[end + 1..]))
+    let rest = &rest[end + 1..];
+    let stored = if rest.is_empty() {
+        Stored::Nothing
+    } else if let Some(body) = rest.strip_prefix(b"inline\n") {
+        Stored::Inline(body)
+    } else if let Some(name) = rest.strip_prefix(b"spool ") {
+        let name = std::str::from_utf8(name).map_err(|_| bad())?;
+        if name.contains(['/', '\\']) || !name.ends_with(".pending") {
+            return Err(bad());
+        }
+        Stored::Spooled(name)
+    } else {
+        return Err(bad());
+    };
+    Ok((history.to_string(), stored))
 }
 
 /// A fresh history: 16 random hex digits (std's hasher keys come from
@@ -144,56 +172,8 @@ fn is_header_name(name: &str) -> bool {
 }
 
 impl HttpSink {
-    fn encode_rows(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        match self.format {
-            Format::JsonLines => {
-                let mut writer = arrow_json::LineDelimitedWriter::new(&mut self.body);
-                writer
-                    .write(batch)
-                    .and_then(|()| writer.finish())
-                    .map_err(|e| format!("encoding rows as JSON: {e}"))
-            }
-            Format::Arrow => {
-                self.batches.push(batch.clone());
-                Ok(())
-            }
-        }
-    }
-
-    /// The epoch's body, complete.
-    fn finish_body(&mut self) -> Result<Vec<u8>, String> {
-        match self.format {
-            Format::JsonLines => Ok(std::mem::take(&mut self.body)),
-            Format::Arrow => {
-                let mut out = Vec::new();
-                let mut writer =
-                    arrow_ipc::writer::StreamWriter::try_new(&mut out, self.schema.as_ref())
-                        .map_err(|e| format!("encoding Arrow: {e}"))?;
-                for batch in self.batches.drain(..) {
-                    writer
-                        .write(&batch)
-                        .map_err(|e| format!("encoding Arrow: {e}"))?;
-                }
-                writer
-                    .finish()
-                    .map_err(|e| format!("encoding Arrow: {e}"))?;
-                drop(writer);
-                Ok(out)
-            }
-        }
-    }
-
-    fn held_bytes(&self) -> usize {
-        self.body.len()
-            + self
-                .batches
-                .iter()
-                .map(RecordBatch::get_array_memory_size)
-                .sum::<usize>()
-    }
-
     /// POST `body` for `epoch` under `history`, retrying what may pass.
-    fn send(&self, epoch: u64, history: &str, body: &[u8]) -> Result<(), String> {
+    fn send(&self, epoch: u64, history: &str, body: &Body<'_>) -> Result<(), String> {
         let key = format!("{}/{history}-{epoch}", self.key_prefix);
         let mut headers = self.headers.clone();
         headers.push(("content-type".into(), self.format.content_type().into()));
@@ -201,11 +181,11 @@ impl HttpSink {
         let mut delay = self.backoff_ms;
         let mut attempt = 0;
         loop {
-            let failure = match post::post(&self.url, &headers, body) {
+            let failure = match body.post(&self.url, &headers) {
                 Ok(answer) if (200..300).contains(&answer.status) || answer.status == 409 => {
                     log::debug(&format!(
                         "epoch {epoch}: {} bytes sent to {} as {key} ({})",
-                        body.len(),
+                        body.len()?,
                         self.url,
                         answer.status
                     ));
@@ -288,18 +268,33 @@ impl Sink for HttpSink {
                 "the sink sets `Idempotency-Key` and `Content-Type` itself",
             ));
         }
+        let spool = match &config.spool {
+            None => None,
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    ConfigError::at(
+                        "spool",
+                        format!(
+                            "cannot create `{}`: {e} (is it granted with allow_write?)",
+                            dir.display()
+                        ),
+                    )
+                })?;
+                let stem = format!("{}-{}-{}", task.topology, task.stage, task.task_index);
+                Some((dir, stem))
+            }
+        };
         Ok(HttpSink {
+            body: EpochBody::new(format, Arc::clone(&input), spool),
             url: config.url,
             format,
             headers,
             retries: config.retries,
             backoff_ms: config.backoff_ms,
             max_epoch_bytes: config.max_epoch_bytes,
-            schema: Arc::clone(&input),
             key_prefix: format!("{}/{}/{}", task.topology, task.stage, task.task_index),
             history: None,
-            body: Vec::new(),
-            batches: Vec::new(),
             rows: 0,
         })
     }
@@ -308,12 +303,12 @@ impl Sink for HttpSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.encode_rows(&batch)?;
+        self.body.write(&batch)?;
         self.rows += batch.num_rows() as u64;
-        let held = self.held_bytes();
-        if held > self.max_epoch_bytes {
+        let held = self.body.written();
+        if self.body.spool_dir().is_none() && held > self.max_epoch_bytes as u64 {
             return Err(format!(
-                "this epoch holds {held} bytes for one request, over max_epoch_bytes ({}): shorten [checkpoint] interval or raise max_epoch_bytes",
+                "this epoch holds {held} bytes for one request, over max_epoch_bytes ({}): set `spool` to a directory granted with allow_write (epochs then wait on disk), shorten [checkpoint] interval, or raise max_epoch_bytes",
                 self.max_epoch_bytes
             ));
         }
@@ -322,47 +317,80 @@ impl Sink for HttpSink {
 
     fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, String> {
         let history = self.history.get_or_insert_with(new_history).clone();
-        let body = if self.rows == 0 {
-            Vec::new()
-        } else {
-            self.finish_body()?
-        };
-        log::debug(&format!(
-            "prepared epoch {epoch}: {} rows, {} bytes",
-            self.rows,
-            body.len()
-        ));
+        let prepared = self.body.prepare(&history, epoch)?;
+        log::debug(&format!("prepared epoch {epoch}: {} rows", self.rows));
         self.rows = 0;
-        Ok(encode_handle(&history, &body))
+        Ok(encode_handle(&history, prepared.as_ref()))
     }
 
     fn commit(&mut self, epoch: u64, handle: Vec<u8>) -> Result<(), String> {
         if handle.is_empty() {
             return Ok(());
         }
-        let (history, body) = decode_handle(&handle, epoch)?;
+        let (history, stored) = decode_handle(&handle, epoch)?;
         if self.history.is_none() {
             // A restore: keep the keys of the history the checkpoint was
             // written in.
             self.history = Some(history.clone());
         }
-        if body.is_empty() {
-            return Ok(());
+        match stored {
+            Stored::Nothing => Ok(()),
+            Stored::Inline(bytes) => self.send(epoch, &history, &Body::Memory(bytes)),
+            Stored::Spooled(name) => {
+                let dir = self.body.spool_dir().ok_or_else(|| {
+                    format!("epoch {epoch} waits in the spool file `{name}`, but `spool` is no longer set")
+                })?;
+                let path = dir.join(name);
+                if !path.exists() {
+                    // Sent and removed before a crash: commit is replayed.
+                    return Ok(());
+                }
+                self.send(epoch, &history, &Body::File(&path))?;
+                std::fs::remove_file(&path)
+                    .map_err(|e| format!("cannot remove `{}`: {e}", path.display()))?;
+                body::sync_dir(dir)
+            }
         }
-        self.send(epoch, &history, body)
     }
 
-    fn abort(&mut self, _epoch: u64) -> Result<(), String> {
-        self.body.clear();
-        self.batches.clear();
+    fn abort(&mut self, epoch: u64) -> Result<(), String> {
         self.rows = 0;
-        Ok(())
+        self.body.abort(epoch)
+    }
+}
+
+/// What one commit sends.
+enum Body<'a> {
+    Memory(&'a [u8]),
+    File(&'a std::path::Path),
+}
+
+impl Body<'_> {
+    fn len(&self) -> Result<u64, String> {
+        match self {
+            Body::Memory(b) => Ok(b.len() as u64),
+            Body::File(p) => std::fs::metadata(p)
+                .map(|m| m.len())
+                .map_err(|e| format!("cannot read `{}`: {e}", p.display())),
+        }
+    }
+
+    fn post(&self, url: &str, headers: &[(String, String)]) -> Result<post::Answer, String> {
+        let len = self.len()?;
+        match self {
+            Body::Memory(b) => post::post(url, headers, &mut &b[..], len),
+            Body::File(p) => {
+                let mut file = std::fs::File::open(p)
+                    .map_err(|e| format!("cannot open `{}`: {e}", p.display()))?;
+                post::post(url, headers, &mut file, len)
+            }
+        }
     }
 }
 
 fv_plugin_sdk::export_sink!(
     HttpSink,
-    capabilities = "network,env",
+    capabilities = "network,env,files",
     config_schema = include_str!("../config.schema.json"),
 );
 
@@ -371,11 +399,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_handle_carries_the_history_and_the_body() {
-        let h = encode_handle("00ff", b"{\"a\":1}\n");
-        let (history, body) = decode_handle(&h, 3).expect("decodes");
-        assert_eq!((history.as_str(), body), ("00ff", &b"{\"a\":1}\n"[..]));
-        for bad in [&b"nope"[..], b"fv-http-sink/1\nxyz\n", b"fv-http-sink/1\n"] {
+    fn a_handle_carries_the_history_and_the_body_or_its_spool_file() {
+        let h = encode_handle("00ff", Some(&Prepared::Memory(b"{\"a\":1}\n".to_vec())));
+        let (history, stored) = decode_handle(&h, 3).expect("decodes");
+        assert!(history == "00ff" && matches!(stored, Stored::Inline(b) if b == b"{\"a\":1}\n"));
+        let h = encode_handle(
+            "00ff",
+            Some(&Prepared::Spooled("t-s-0-00ff-0000000003.pending".into())),
+        );
+        let (_, stored) = decode_handle(&h, 3).expect("decodes");
+        assert!(matches!(
+            stored,
+            Stored::Spooled("t-s-0-00ff-0000000003.pending")
+        ));
+        let h = encode_handle("00ff", None);
+        assert!(matches!(
+            decode_handle(&h, 3).expect("decodes").1,
+            Stored::Nothing
+        ));
+        for bad in [
+            &b"nope"[..],
+            b"fv-http-sink/1\nxyz\n",
+            b"fv-http-sink/1\n",
+            b"fv-http-sink/1\n00ff\nspool ../../etc/passwd.pending",
+            b"fv-http-sink/1\n00ff\nspool x.txt",
+        ] {
             let e = decode_handle(bad, 3).expect_err("refused");
             assert!(e.contains("epoch 3"), "{e}");
         }

@@ -51,18 +51,21 @@ pub struct Answer {
 #[cfg(target_os = "wasi")]
 const EXCERPT: usize = 512;
 
+/// POST `len` bytes read from `body` to `url`.
 #[cfg(target_os = "wasi")]
-pub fn post(url: &str, headers: &[(String, String)], body: &[u8]) -> Result<Answer, String> {
+pub fn post(
+    url: &str,
+    headers: &[(String, String)],
+    body: &mut dyn std::io::Read,
+    len: u64,
+) -> Result<Answer, String> {
     use wasip2::http::outgoing_handler::handle;
     use wasip2::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
     let target = Target::parse(url)?;
     let fields: Vec<(String, Vec<u8>)> = headers
         .iter()
         .map(|(n, v)| (n.clone(), v.clone().into_bytes()))
-        .chain([(
-            "content-length".to_string(),
-            body.len().to_string().into_bytes(),
-        )])
+        .chain([("content-length".to_string(), len.to_string().into_bytes())])
         .collect();
     let fields = Fields::from_list(&fields).map_err(|e| format!("headers: {e:?}"))?;
     let request = OutgoingRequest::new(fields);
@@ -83,20 +86,32 @@ pub fn post(url: &str, headers: &[(String, String)], body: &[u8]) -> Result<Answ
     let pending = handle(request, None).map_err(|e| format!("{e:?}"))?;
     {
         let stream = outgoing.write().map_err(|()| "body stream")?;
-        let mut rest = body;
-        while !rest.is_empty() {
-            let room = stream
-                .check_write()
-                .map_err(|e| format!("sending the body: {e:?}"))?;
-            if room == 0 {
-                stream.subscribe().block();
-                continue;
+        let mut chunk = vec![0u8; 256 << 10];
+        let mut left = len;
+        while left > 0 {
+            let want = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let got = body
+                .read(&mut chunk[..want])
+                .map_err(|e| format!("reading the body: {e}"))?;
+            if got == 0 {
+                return Err(format!("the body ended {left} bytes early"));
             }
-            let n = rest.len().min(room as usize);
-            stream
-                .write(&rest[..n])
-                .map_err(|e| format!("sending the body: {e:?}"))?;
-            rest = &rest[n..];
+            left -= got as u64;
+            let mut rest = &chunk[..got];
+            while !rest.is_empty() {
+                let room = stream
+                    .check_write()
+                    .map_err(|e| format!("sending the body: {e:?}"))?;
+                if room == 0 {
+                    stream.subscribe().block();
+                    continue;
+                }
+                let n = rest.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+                stream
+                    .write(&rest[..n])
+                    .map_err(|e| format!("sending the body: {e:?}"))?;
+                rest = &rest[n..];
+            }
         }
         stream
             .blocking_flush()
@@ -129,7 +144,12 @@ pub fn post(url: &str, headers: &[(String, String)], body: &[u8]) -> Result<Answ
 
 /// Natively (the unit tests) there is no `wasi:http`.
 #[cfg(not(target_os = "wasi"))]
-pub fn post(_url: &str, _headers: &[(String, String)], _body: &[u8]) -> Result<Answer, String> {
+pub fn post(
+    _url: &str,
+    _headers: &[(String, String)],
+    _body: &mut dyn std::io::Read,
+    _len: u64,
+) -> Result<Answer, String> {
     Err("http-sink sends only from a Wasm component".into())
 }
 
