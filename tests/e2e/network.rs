@@ -270,6 +270,44 @@ fn a_plugin_can_neither_listen_nor_send_udp() {
     }
 }
 
+/// Each socket is a descriptor of the host process: an instance holds at
+/// most 256 at once, and a dropped one frees its place (600 calls, each
+/// opening and closing one, pass).
+#[test]
+fn an_instance_holds_a_bounded_number_of_sockets() {
+    let server = LineServer::start(false);
+    let peer = format!("127.0.0.1:{}", server.port);
+    let grant = format!("allow_connect = [\"{peer}\"]");
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &topology("net-hoard", &peer, &grant).replace(
+            r#"mode = "net-hoard""#,
+            r#"mode = "net-hoard", value = 1000"#,
+        ),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 1);
+    assert!(
+        run.stderr.contains("refused with 256 connections open")
+            && run.stderr.contains(
+                "the sandbox refused a socket past the 256 an instance may hold open at once"
+            ),
+        "{}",
+        run.stderr
+    );
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &topology("net-tcp", &peer, &grant)
+            .replace("events = 2", "events = 600")
+            .replace(r#"name = "t""#, "name = \"t\"\nbatch_size = 1"),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    assert_eq!(s.output_lines("out").len(), 600);
+}
+
 #[test]
 fn a_peer_that_never_answers_is_cut_at_the_call_budget() {
     let server = LineServer::start(true);
@@ -347,6 +385,34 @@ fn http_reaches_the_granted_prefix_only_redirects_included() {
         run.stderr
     );
     assert_eq!(server.paths().len(), before);
+}
+
+/// A plugin cannot make the host open requests without bound: of 1,000
+/// sent at once by one instance (one row: one call) to a server that
+/// never answers, at most 64 reach it before the call's budget ends it.
+#[test]
+fn an_instance_has_a_bounded_number_of_requests_in_flight() {
+    let server = PathServer::start();
+    let s = Scratch::new();
+    let grant = format!("allow_http = [\"{}\"]", server.url("/v1/"));
+    s.write(
+        "t.toml",
+        &topology("net-http-flood", &server.url("/v1/hang"), &grant)
+            .replace(
+                r#"mode = "net-http-flood""#,
+                r#"mode = "net-http-flood", value = 1000"#,
+            )
+            .replace("events = 2", "events = 1"),
+    );
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_cut_at_budget(&run);
+    let reached = server.paths().iter().filter(|p| *p == "/v1/hang").count();
+    // 64 from the instance; its replacement after the failed call may
+    // start sending before the run ends, never a thousand.
+    assert!(
+        (1..=128).contains(&reached),
+        "{reached} requests reached the server"
+    );
 }
 
 #[test]

@@ -9,7 +9,10 @@
 //! request, checked again. Request bodies are read whole (they come from
 //! a guest capped at its `memory_limit`), response bodies are streamed
 //! and counted as the guest reads them. Waiting for a response is cut at
-//! the call's budget by [`crate::plugin::call_budget`].
+//! the call's budget by [`crate::plugin::call_budget`]. An instance has at
+//! most [`MAX_IN_FLIGHT`] requests under way at once (from sending to the
+//! end of the response's body): more wait for a place, so a plugin cannot
+//! make the host open connections without bound.
 
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
@@ -32,16 +35,24 @@ static CLIENT: LazyLock<Result<reqwest::Client, String>> = LazyLock::new(|| {
         .map_err(|e| e.to_string())
 });
 
+/// Requests one instance may have under way at once.
+pub const MAX_IN_FLIGHT: usize = 64;
+
 /// The `wasi:http` hooks of one instance.
 pub(crate) struct HttpGate {
     policy: NetworkPolicy,
     /// Request bodies are read whole, up to this (the plugin's memory cap).
     body_limit: usize,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpGate {
     pub(crate) fn new(policy: NetworkPolicy, body_limit: usize) -> Self {
-        HttpGate { policy, body_limit }
+        HttpGate {
+            policy,
+            body_limit,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        }
     }
 
     /// The URL of `request` when a grant lets it through.
@@ -94,7 +105,14 @@ impl WasiHttpHooks for HttpGate {
         };
         let counters = self.policy.counters.clone();
         let limit = self.body_limit;
-        Box::new(async move { send(request, url, limit, counters).await })
+        let in_flight = Arc::clone(&self.in_flight);
+        Box::new(async move {
+            let place = in_flight
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::ConnectionLimitReached)?;
+            send(request, url, limit, counters, place).await
+        })
     }
 }
 
@@ -103,6 +121,7 @@ async fn send(
     url: url::Url,
     body_limit: usize,
     counters: Option<Arc<NetworkCounters>>,
+    place: tokio::sync::OwnedSemaphorePermit,
 ) -> wasmtime_wasi_http::Result<(
     http::Response<WasiBody>,
     Box<dyn Future<Output = Result<(), Error>> + Send>,
@@ -137,6 +156,7 @@ async fn send(
         Counted {
             inner: body,
             counters,
+            _place: place,
         }
         .map_err(|e| Error::Connect(std::io::Error::other(e)))
         .boxed_unsync()
@@ -145,10 +165,12 @@ async fn send(
     Ok((response, io))
 }
 
-/// A response body that counts the bytes the guest reads.
+/// A response body that counts the bytes the guest reads, and holds its
+/// request's place among the instance's in flight until it is dropped.
 struct Counted {
     inner: reqwest::Body,
     counters: Option<Arc<NetworkCounters>>,
+    _place: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl http_body::Body for Counted {

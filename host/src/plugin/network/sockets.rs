@@ -8,7 +8,10 @@
 //! through [`link`]'s `resolve-addresses`, which refuses any name no grant
 //! names before a resolver hears of it. A refusal is counted on the node
 //! and logged (the first [`LOGGED_REFUSALS`] per instance, so a plugin
-//! cannot flood the log with them).
+//! cannot flood the log with them). An instance holds at most
+//! [`MAX_SOCKETS`] sockets at once ([`link`] counts them as they are
+//! created and dropped): each is a descriptor of the host process, which
+//! every topology of a `fvhost serve` shares.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -28,6 +31,13 @@ const IP_NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
 /// Refusals logged per instance; the rest are only counted.
 pub(crate) const LOGGED_REFUSALS: u32 = 20;
 
+/// Sockets one instance may hold open at once (a connection pool's worth).
+pub const MAX_SOCKETS: u32 = 256;
+
+/// The socket interfaces whose creation and drop are counted.
+const TCP_CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
+const TCP: &str = "wasi:sockets/tcp@0.2.12";
+
 /// One instance's network grant, its node's counters and who it is (for
 /// the log).
 #[derive(Clone)]
@@ -37,6 +47,8 @@ pub(crate) struct NetworkPolicy {
     /// `plugin` and `stage[task]`.
     pub(crate) who: Arc<(String, String)>,
     logged: Arc<AtomicU32>,
+    /// Sockets this instance holds now.
+    open_sockets: Arc<AtomicU32>,
 }
 
 impl NetworkPolicy {
@@ -54,6 +66,7 @@ impl NetworkPolicy {
             grant: Arc::new(grant.clone()),
             who: Arc::new((plugin.to_string(), task)),
             logged: Arc::new(AtomicU32::new(0)),
+            open_sockets: Arc::new(AtomicU32::new(0)),
         }
     }
 
@@ -155,10 +168,53 @@ fn connect_granted(grant: &NetworkGrant, addr: SocketAddr) -> bool {
 
 /// Shadow `resolve-addresses` in `linker` (after WASI was added to it):
 /// an IP address or a granted name is resolved as wasmtime-wasi does; any
-/// other name is refused without a lookup.
+/// other name is refused without a lookup. And count the TCP sockets an
+/// instance holds: creating one past [`MAX_SOCKETS`] fails with
+/// `new-socket-limit`.
 pub(crate) fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::p2::TcpSocket;
     use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::Host as _;
+    use wasmtime_wasi::p2::bindings::sockets::network::IpAddressFamily;
+    use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
     linker.allow_shadowing(true);
+    linker.instance(TCP_CREATE_SOCKET)?.func_wrap(
+        "create-tcp-socket",
+        |mut store: wasmtime::StoreContextMut<'_, HostState>, (family,): (IpAddressFamily,)| {
+            let state = store.data_mut();
+            let open = Arc::clone(&state.network.open_sockets);
+            if open.load(Ordering::Relaxed) >= MAX_SOCKETS {
+                let grants = state.network.connect_grants();
+                state.network.refuse(
+                    &format!("a socket past the {MAX_SOCKETS} an instance may hold open at once"),
+                    "allow_connect",
+                    &grants,
+                );
+                return Ok((Err(ErrorCode::NewSocketLimit),));
+            }
+            match state.sockets().create_tcp_socket(family) {
+                Ok(socket) => {
+                    open.fetch_add(1, Ordering::Relaxed);
+                    Ok((Ok(socket),))
+                }
+                Err(e) => Ok((Err(e.downcast()?),)),
+            }
+        },
+    )?;
+    linker.instance(TCP)?.resource(
+        "tcp-socket",
+        wasmtime::component::ResourceType::host::<TcpSocket>(),
+        |mut store, rep| {
+            let state = store.data_mut();
+            // As wasmtime-wasi drops it: closing a socket does not block.
+            drop(state.table.delete(Resource::<TcpSocket>::new_own(rep))?);
+            let _ = state.network.open_sockets.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |n| Some(n.saturating_sub(1)),
+            );
+            Ok(())
+        },
+    )?;
     let mut lookup = linker.instance(IP_NAME_LOOKUP)?;
     lookup.func_wrap(
         "resolve-addresses",

@@ -38,6 +38,10 @@
 //! - `net-tcp`: per batch, connect to `path` (`host:port`) with std's
 //!   `TcpStream`, send `ping\n`, read one line back and append it as a
 //!   column `content`; any error fails the batch, naming it;
+//! - `net-hoard`: per batch, open `value` connections to `path` and hold
+//!   them all; fail naming how many were open when one was refused;
+//! - `net-http-flood`: per batch, send `value` GETs of `path` at once and
+//!   wait for the first answer;
 //! - `net-listen`: per batch, try to listen on `path` (`host:port`);
 //! - `net-udp`: per batch, try to send a datagram to `path`;
 //! - `net-http`: per batch, GET `path` (a URL) through `wasi:http`,
@@ -148,7 +152,7 @@ impl Step for TestStep {
                 }
                 output = append_fields(&input, [Field::new("content", DataType::Utf8, false)]);
             }
-            "net-listen" | "net-udp" => {
+            "net-listen" | "net-udp" | "net-hoard" | "net-http-flood" => {
                 if config.path.is_none() {
                     return Err(ConfigError::at("path", "the net modes need `path`"));
                 }
@@ -356,6 +360,34 @@ impl Step for TestStep {
                 }
                 .map_err(|e| ProcessError::Failed(format!("{target}: {e}")))?;
                 self.with_content(&batch, text)
+            }
+            "net-http-flood" => {
+                let target = self.config.path.clone().unwrap_or_default();
+                net::http_flood(&target, self.config.value)
+                    .map_err(|e| ProcessError::Failed(format!("{target}: {e}")))?;
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
+            }
+            "net-hoard" => {
+                let target = self.config.path.clone().unwrap_or_default();
+                let mut held = Vec::new();
+                for _ in 0..self.config.value {
+                    match std::net::TcpStream::connect(&target) {
+                        Ok(s) => held.push(s),
+                        Err(e) => {
+                            return Err(ProcessError::Failed(format!(
+                                "net-hoard {target}: refused with {} connections open: {e}",
+                                held.len()
+                            )));
+                        }
+                    }
+                }
+                Ok(StepOutput::Keep(BooleanArray::from(vec![
+                    true;
+                    batch.num_rows()
+                ])))
             }
             "net-listen" | "net-udp" => {
                 let target = self.config.path.clone().unwrap_or_default();

@@ -30,9 +30,30 @@ pub fn http_get(url: &str) -> Result<String, String> {
     Err("too many redirects".into())
 }
 
+/// Send `n` GETs of `url` at once, then wait for the first answer.
 #[cfg(target_os = "wasi")]
-fn get_once(url: &str) -> Result<(u16, Option<String>, String), String> {
-    use wasip2::http::outgoing_handler::handle;
+pub fn http_flood(url: &str, n: i64) -> Result<String, String> {
+    let mut pending = Vec::new();
+    for _ in 0..n {
+        pending.push(
+            wasip2::http::outgoing_handler::handle(request(url)?, None)
+                .map_err(|e| format!("{e:?}"))?,
+        );
+    }
+    let first = pending.first().ok_or("no request")?;
+    first.subscribe().block();
+    Ok(format!("{} requests sent", pending.len()))
+}
+
+/// Natively there is no `wasi:http`.
+#[cfg(not(target_os = "wasi"))]
+pub fn http_flood(_url: &str, _n: i64) -> Result<String, String> {
+    Err("net-http-flood is a Wasm-only mode".into())
+}
+
+/// A GET of `url`, ready to send.
+#[cfg(target_os = "wasi")]
+fn request(url: &str) -> Result<wasip2::http::types::OutgoingRequest, String> {
     use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
     let (scheme, rest) = url.split_once("://").ok_or("not a URL")?;
     let (authority, path) = match rest.find('/') {
@@ -52,6 +73,13 @@ fn get_once(url: &str) -> Result<(u16, Option<String>, String), String> {
     request
         .set_path_with_query(Some(path))
         .map_err(|()| "path")?;
+    Ok(request)
+}
+
+#[cfg(target_os = "wasi")]
+fn get_once(url: &str) -> Result<(u16, Option<String>, String), String> {
+    use wasip2::http::outgoing_handler::handle;
+    let request = request(url)?;
     let pending = handle(request, None).map_err(|e| format!("{e:?}"))?;
     pending.subscribe().block();
     let response = pending
