@@ -21,6 +21,7 @@ const PLUGINS: &[&str] = &[
     "kafka-source",
     "kafka-sink",
     "http-sink",
+    "http-source",
     "test-step",
     "test-keyed-step",
     "source-v0-3",

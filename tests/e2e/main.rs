@@ -22,6 +22,7 @@ mod guest_sdk;
 mod hostile_plugins;
 mod http_server;
 mod http_sink;
+mod http_source;
 mod js;
 mod kafka;
 mod keyed_step;

@@ -47,6 +47,10 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/http_sink.wasm")),
     ),
     (
+        "http-source",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/http_source.wasm")),
+    ),
+    (
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),

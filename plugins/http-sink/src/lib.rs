@@ -29,7 +29,6 @@
 //! has that key) commit.
 
 mod body;
-mod post;
 
 use std::hash::BuildHasher;
 use std::path::PathBuf;
@@ -163,14 +162,6 @@ fn new_history() -> String {
     format!("{seed:016x}")
 }
 
-/// Whether `name` is an HTTP header name (an RFC 9110 token).
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 impl HttpSink {
     /// POST `body` for `epoch` under `history`, retrying what may pass.
     fn send(&self, epoch: u64, history: &str, body: &Body<'_>) -> Result<(), String> {
@@ -233,32 +224,8 @@ impl Sink for HttpSink {
                 ));
             }
         };
-        post::Target::parse(&config.url).map_err(|e| ConfigError::at("url", e))?;
-        let mut headers = Vec::new();
-        for (name, value) in &config.headers {
-            if !is_header_name(name) || value.contains(['\r', '\n']) {
-                return Err(ConfigError::at(
-                    format!("headers.{name}"),
-                    "not a valid header name and value",
-                ));
-            }
-            headers.push((name.to_ascii_lowercase(), value.clone()));
-        }
-        for (name, var) in &config.header_env {
-            if !is_header_name(name) {
-                return Err(ConfigError::at(
-                    format!("header_env.{name}"),
-                    "not a valid header name",
-                ));
-            }
-            let value = std::env::var(var).map_err(|_| {
-                ConfigError::at(
-                    format!("header_env.{name}"),
-                    format!("environment variable `{var}` is not set, or not granted with allow_env = [\"{var}\"]"),
-                )
-            })?;
-            headers.push((name.to_ascii_lowercase(), value));
-        }
+        fv_plugin_sdk::http::Target::parse(&config.url).map_err(|e| ConfigError::at("url", e))?;
+        let headers = fv_plugin_sdk::http::config_headers(&config.headers, &config.header_env)?;
         if headers
             .iter()
             .any(|(n, _)| n == "idempotency-key" || n == "content-type")
@@ -375,17 +342,42 @@ impl Body<'_> {
         }
     }
 
-    fn post(&self, url: &str, headers: &[(String, String)]) -> Result<post::Answer, String> {
+    fn post(&self, url: &str, headers: &[(String, String)]) -> Result<Answer, String> {
         let len = self.len()?;
-        match self {
-            Body::Memory(b) => post::post(url, headers, &mut &b[..], len),
-            Body::File(p) => {
-                let mut file = std::fs::File::open(p)
-                    .map_err(|e| format!("cannot open `{}`: {e}", p.display()))?;
-                post::post(url, headers, &mut file, len)
+        let mut file;
+        let mut memory;
+        let reader: &mut dyn std::io::Read = match self {
+            Body::Memory(b) => {
+                memory = *b;
+                &mut memory
             }
-        }
+            Body::File(p) => {
+                file = std::fs::File::open(p)
+                    .map_err(|e| format!("cannot open `{}`: {e}", p.display()))?;
+                &mut file
+            }
+        };
+        let answer = fv_plugin_sdk::http::send(fv_plugin_sdk::http::Request {
+            method: "POST",
+            url,
+            headers,
+            body: Some((reader, len)),
+            max_answer: EXCERPT,
+        })?;
+        Ok(Answer {
+            status: answer.status,
+            excerpt: String::from_utf8_lossy(&answer.body).trim().to_string(),
+        })
     }
+}
+
+/// The most of an answer's body kept for a message.
+const EXCERPT: usize = 512;
+
+/// What the endpoint answered, for the retry decision and messages.
+struct Answer {
+    status: u16,
+    excerpt: String,
 }
 
 fv_plugin_sdk::export_sink!(
@@ -434,13 +426,5 @@ mod tests {
         let (a, b) = (new_history(), new_history());
         assert_ne!(a, b);
         assert!(a.len() == 16 && a.bytes().all(|c| c.is_ascii_hexdigit()));
-    }
-
-    #[test]
-    fn header_names_are_tokens() {
-        assert!(is_header_name("X-Api-Key"));
-        assert!(!is_header_name("X Api"));
-        assert!(!is_header_name(""));
-        assert!(!is_header_name("a:b"));
     }
 }

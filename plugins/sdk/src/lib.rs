@@ -84,8 +84,11 @@ pub use arrow_select;
 pub use serde;
 pub use serde_json;
 
+pub mod columns;
 #[cfg(feature = "decode")]
 pub mod decode;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod ipc;
 #[cfg(feature = "kafka")]
 pub mod kafka;
