@@ -1,11 +1,9 @@
 //! [`Exchanges`]: the keyed edges of a cluster member's run as Kafka
-//! topics, the runtime's [`RemoteEdges`] (its counters are the runtime's
-//! [`ExchangeMetrics`]).
+//! topics.
 //!
 //! A producing task writes straight to its partitions through an
-//! [`ExchangeWriter`] (the runtime's [`RemoteSend`] behind an edge's
-//! sender, so operators do not know the difference); one
-//! [`ExchangeReader`] thread per partition reads it
+//! [`ExchangeWriter`] (the sending end of an edge, so operators do not know
+//! the difference); one [`ExchangeReader`] thread per partition reads it
 //! back, drops records of other generations, acknowledges every barrier's
 //! offset to the coordinator and feeds the consuming task's bounded
 //! channel. Backpressure holds end to end: a full channel stops its
@@ -30,16 +28,14 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
 
 use super::ClusterSettings;
 use super::record::{HEADER, PartitionFilter, RecordHeader, Verdict};
 use crate::epoch::{Ack, Generation, Manifest, OnCommit};
 use crate::runtime::edge::EdgeSender;
-use crate::runtime::metrics::{ExchangeMetrics, StageMetrics};
-use crate::runtime::transport::{
-    RemoteEdge, RemoteEdges, RemoteReader, RemoteSend, TransportError,
-};
-use crate::runtime::{Message, RunControl, RunError};
+use crate::runtime::metrics::StageMetrics;
+use crate::runtime::{Message, RunControl};
 
 /// A record larger than this is split into smaller batches (brokers
 /// refuse records over ~1 MiB by default).
@@ -225,22 +221,83 @@ pub enum ExchangeError {
         /// The error.
         source: KafkaError,
     },
-    /// The runtime named an edge this run never opened.
-    #[error("exchange edge {0} was used before it was opened (a bug in fvhost; please report it)")]
-    Unopened(usize),
 }
 
-/// The runtime carries a cluster's errors whole.
-impl From<ExchangeError> for TransportError {
-    fn from(e: ExchangeError) -> Self {
-        TransportError::new(e)
-    }
+/// Records and bytes through one exchange topic, as this member saw them.
+#[derive(Debug)]
+pub struct ExchangeMetrics {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    records_out: AtomicU64,
+    bytes_out: AtomicU64,
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    /// Records of other generations dropped on read.
+    dropped: AtomicU64,
+    /// Records written twice (a retried request), dropped on read.
+    duplicates: AtomicU64,
+    /// Records this member wrote that their reader passed on: a reader
+    /// here counts them, one on another member is seen by its commits.
+    read_of_ours: AtomicU64,
 }
 
-/// A member's setup (topics, its group) fails the run like its exchanges do.
-impl From<ExchangeError> for RunError {
-    fn from(e: ExchangeError) -> Self {
-        RunError::Transport(e.into())
+/// One exchange topic in the status record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExchangeStatus {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    /// Records written.
+    pub records_out: u64,
+    /// Bytes written (values and headers).
+    pub bytes_out: u64,
+    /// Records read of this generation.
+    pub records_in: u64,
+    /// Bytes read of this generation.
+    pub bytes_in: u64,
+    /// Records this member wrote that their reader has not passed on yet
+    /// (a reader on another member as far as its committed progress shows).
+    pub lag: u64,
+    /// Records of other generations dropped on read: a crashed
+    /// incarnation's uncommitted tail, or a fenced member's late writes.
+    pub dropped_other_generations: u64,
+    /// Records written twice by a retrying client, dropped on read.
+    pub duplicates_dropped: u64,
+}
+
+impl ExchangeMetrics {
+    /// The counters now.
+    pub fn status(&self) -> ExchangeStatus {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ExchangeStatus {
+            topic: self.topic.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            partitions: self.partitions,
+            generation: self.generation,
+            records_out: get(&self.records_out),
+            bytes_out: get(&self.bytes_out),
+            records_in: get(&self.records_in),
+            bytes_in: get(&self.bytes_in),
+            lag: get(&self.records_out).saturating_sub(get(&self.read_of_ours)),
+            dropped_other_generations: get(&self.dropped),
+            duplicates_dropped: get(&self.duplicates),
+        }
     }
 }
 
@@ -274,12 +331,12 @@ pub struct Exchanges {
     control: Arc<RunControl>,
     producer: Arc<ThreadedProducer<DeliveryGuard>>,
     readers: Vec<ExchangeReader>,
-    /// Where each partition's reader starts: the resumed manifest's
-    /// offsets, or where a round of several members decided (a partition
-    /// it does not name: at its end).
-    starts: Offsets,
-    /// The edges opened, numbered in that order ([`RemoteEdge::id`]).
-    edges: Vec<Arc<ExchangeEdge>>,
+    /// Where each partition's reader starts (the resumed manifest's
+    /// offsets).
+    resume: Option<Manifest>,
+    /// Where each partition's reader starts, as a round of several
+    /// members decided (overrides `resume`).
+    starts: Option<Offsets>,
     admin: TopicAdmin,
     /// Partitions this member writes and another reads, with how far
     /// their readers got.
@@ -295,14 +352,14 @@ impl Drop for Exchanges {
 }
 
 impl Exchanges {
-    /// The exchanges of a run of `topology` in `generation`, whose
-    /// readers start at `starts`.
+    /// The exchanges of a run of `topology` in `generation`, resuming
+    /// after `resume`.
     pub fn new(
         settings: &ClusterSettings,
         topology: &str,
         generation: Generation,
         control: Arc<RunControl>,
-        starts: Offsets,
+        resume: Option<Manifest>,
     ) -> Result<Exchanges, ExchangeError> {
         let mut config = settings.client_config();
         config
@@ -324,7 +381,7 @@ impl Exchanges {
             .map_err(|source| settings.client_error("creating the exchange producer", source))?;
         Ok(Exchanges {
             admin: TopicAdmin::new(settings)?,
-            edges: Vec::new(),
+            starts: None,
             remote_reads: Vec::new(),
             done: Arc::default(),
             settings: settings.clone(),
@@ -333,8 +390,19 @@ impl Exchanges {
             control,
             producer: Arc::new(producer),
             readers: Vec::new(),
-            starts,
+            resume,
         })
+    }
+
+    /// Start every reader where a round of several members decided.
+    pub fn starting_at(mut self, starts: Offsets) -> Exchanges {
+        self.starts = Some(starts);
+        self
+    }
+
+    /// The generation this run writes and reads.
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The topic of the keyed edge `from` → `to` with `producers` ×
@@ -349,69 +417,39 @@ impl Exchanges {
         format!("fv.{topology}.exchange.{from}.{to}.{producers}x{consumers}")
     }
 
-    /// A client of the readers' group, which commits how far they read.
-    fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
-        self.settings
-            .client_config()
-            .set("group.id", self.readers_group())
-            .set("enable.auto.commit", "false")
-            .create()
-            .map_err(|source| {
-                self.settings
-                    .client_error("creating an exchange progress reader", source)
-            })
-    }
-
-    fn readers_group(&self) -> String {
-        format!("fv.{}.exchange-readers", self.topology)
-    }
-
-    /// The edge the runtime opened as `edge`.
-    fn opened(&self, edge: &RemoteEdge) -> Result<Arc<ExchangeEdge>, ExchangeError> {
-        self.edges
-            .get(edge.id)
-            .cloned()
-            .ok_or(ExchangeError::Unopened(edge.id))
-    }
-}
-
-/// The runtime's remote edges as this run's topics.
-impl RemoteEdges for Exchanges {
-    fn generation(&self) -> Generation {
-        self.generation
-    }
-
     /// Make the edge `from` → `to` a topic (created if absent): its
     /// metrics, and per (producer, consumer) pair the topic's partition.
-    fn edge(
+    pub fn edge(
         &mut self,
         from: &str,
         to: &str,
         producers: usize,
         consumers: usize,
-    ) -> Result<RemoteEdge, TransportError> {
+    ) -> Result<ExchangeEdge, ExchangeError> {
         let topic = Self::topic_name(&self.topology, from, to, producers, consumers);
         if topic.len() > 249 {
-            return Err(ExchangeError::Name(topic).into());
+            return Err(ExchangeError::Name(topic));
         }
         let partitions = (producers * consumers) as i32;
         self.admin.ensure(&topic, partitions)?;
-        let metrics = Arc::new(ExchangeMetrics::new(
-            &topic,
-            from,
-            to,
-            partitions as u32,
-            self.generation.number,
-        ));
-        self.edges.push(Arc::new(ExchangeEdge {
-            metrics: Arc::clone(&metrics),
+        Ok(ExchangeEdge {
+            metrics: Arc::new(ExchangeMetrics {
+                topic: topic.clone(),
+                from: from.to_string(),
+                to: to.to_string(),
+                partitions: partitions as u32,
+                generation: self.generation.number,
+                records_out: AtomicU64::new(0),
+                bytes_out: AtomicU64::new(0),
+                records_in: AtomicU64::new(0),
+                bytes_in: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                duplicates: AtomicU64::new(0),
+                read_of_ours: AtomicU64::new(0),
+            }),
             topic: Arc::from(topic.as_str()),
             producers,
             backlogs: (0..partitions).map(|_| Arc::default()).collect(),
-        }));
-        Ok(RemoteEdge {
-            id: self.edges.len() - 1,
-            metrics,
         })
     }
 
@@ -419,14 +457,13 @@ impl RemoteEdges for Exchanges {
     /// `local` when this member reads the partition too. Either way the
     /// writer waits while its reader lags (4 MiB, 2 MiB when remote),
     /// seen directly or through the offsets the reader commits.
-    fn writer(
+    pub fn writer(
         &mut self,
-        edge: &RemoteEdge,
+        edge: &ExchangeEdge,
         producer: usize,
         consumer: usize,
         local: bool,
-    ) -> Result<EdgeSender, TransportError> {
-        let edge = self.opened(edge)?;
+    ) -> EdgeSender {
         let partition = edge.partition(producer, consumer);
         let backlog = match local {
             true => edge.backlog(partition),
@@ -441,7 +478,7 @@ impl RemoteEdges for Exchanges {
                 Arc::new(Backlog::remote(read))
             }
         };
-        Ok(EdgeSender::remote(Arc::new(ExchangeWriter {
+        EdgeSender::exchange(ExchangeWriter {
             producer: Arc::clone(&self.producer),
             control: Arc::clone(&self.control),
             topic: Arc::clone(&edge.topic),
@@ -452,27 +489,31 @@ impl RemoteEdges for Exchanges {
             seq: AtomicU64::new(0),
             metrics: Arc::clone(&edge.metrics),
             backlog,
-        })))
+        })
     }
 
     /// Read partition (`producer`, `consumer`) of `edge` into `out` once
     /// the readers start. `writer_here`: the partition's writer runs in
     /// this member (what the reader passes on counts as its records read).
-    fn reader(
+    pub fn reader(
         &mut self,
-        edge: &RemoteEdge,
+        edge: &ExchangeEdge,
         producer: usize,
         consumer: usize,
         out: EdgeSender,
         writer_here: bool,
-    ) -> Result<(), TransportError> {
-        let edge = self.opened(edge)?;
+    ) -> Result<(), ExchangeError> {
         let partition = edge.partition(producer, consumer);
-        let resumed = self
-            .starts
-            .get(&*edge.topic)
-            .and_then(|p| p.get(&partition))
-            .copied();
+        let resumed = match &self.starts {
+            Some(starts) => starts
+                .get(&*edge.topic)
+                .and_then(|p| p.get(&partition))
+                .copied(),
+            None => self
+                .resume
+                .as_ref()
+                .and_then(|m| m.exchange_offset(&edge.topic, partition)),
+        };
         let mut config = self.settings.client_config();
         config
             .set("group.id", self.readers_group())
@@ -530,7 +571,7 @@ impl RemoteEdges for Exchanges {
     /// newest `keep` manifests (the ones a restart may resume from) are
     /// deleted, on a thread of its own so that the coordinator never waits
     /// for the broker.
-    fn retention(&self, keep: usize) -> Result<Option<OnCommit>, TransportError> {
+    pub fn retention(&self, keep: usize) -> Result<Option<OnCommit>, ExchangeError> {
         if !self.settings.trim {
             return Ok(None);
         }
@@ -559,7 +600,7 @@ impl RemoteEdges for Exchanges {
 
     /// The readers, to start on their own threads with the coordinator's
     /// acknowledgement channel.
-    fn take_readers(&mut self) -> Result<Vec<Box<dyn RemoteReader>>, TransportError> {
+    pub fn take_readers(&mut self) -> Result<Vec<ExchangeReader>, ExchangeError> {
         if !self.remote_reads.is_empty() {
             let consumer = self.progress_consumer()?;
             let partitions = std::mem::take(&mut self.remote_reads);
@@ -569,10 +610,24 @@ impl RemoteEdges for Exchanges {
                 .spawn(move || watch_remote_reads(&consumer, &partitions, generation, &done))
                 .map_err(ExchangeError::Thread)?;
         }
-        Ok(std::mem::take(&mut self.readers)
-            .into_iter()
-            .map(|r| Box::new(r) as Box<dyn RemoteReader>)
-            .collect())
+        Ok(std::mem::take(&mut self.readers))
+    }
+
+    /// A client of the readers' group, which commits how far they read.
+    fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
+        self.settings
+            .client_config()
+            .set("group.id", self.readers_group())
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|source| {
+                self.settings
+                    .client_error("creating an exchange progress reader", source)
+            })
+    }
+
+    fn readers_group(&self) -> String {
+        format!("fv.{}.exchange-readers", self.topology)
     }
 }
 
@@ -716,13 +771,13 @@ fn trim(admin: &AdminClient<DefaultClientContext>, offsets: &crossbeam_channel::
 }
 
 /// One keyed edge as a topic.
-struct ExchangeEdge {
+pub struct ExchangeEdge {
     topic: Arc<str>,
     producers: usize,
     /// Per partition, what waits in it.
     backlogs: Vec<Arc<Backlog>>,
     /// Its counters.
-    metrics: Arc<ExchangeMetrics>,
+    pub metrics: Arc<ExchangeMetrics>,
 }
 
 impl ExchangeEdge {
@@ -761,11 +816,11 @@ impl std::fmt::Debug for ExchangeWriter {
     }
 }
 
-impl RemoteSend for ExchangeWriter {
+impl ExchangeWriter {
     /// Write `message`, waiting while the producer's queue is full. Fails
     /// (handing the message back) once the run has failed, e.g. because a
     /// record was not delivered.
-    fn send(&self, message: Message) -> Result<(), SendError<Message>> {
+    pub fn send(&self, message: Message) -> Result<(), SendError<Message>> {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let sent = match &message {
             Message::Batch(batch, _) => self.send_batch(batch, &message, epoch),
@@ -779,9 +834,7 @@ impl RemoteSend for ExchangeWriter {
         }
         Ok(())
     }
-}
 
-impl ExchangeWriter {
     /// A batch as one record, or several if it is too large for one.
     fn send_batch(
         &self,
@@ -864,15 +917,15 @@ pub struct ExchangeReader {
     writer_here: bool,
 }
 
-impl RemoteReader for ExchangeReader {
+impl ExchangeReader {
     /// A name for its thread.
-    fn name(&self) -> String {
+    pub fn name(&self) -> String {
         format!("{}[{}]", self.topic, self.partition)
     }
 
     /// Read until the partition's producer ends its stream, the consuming
     /// task is gone, or the run fails. Each barrier's offset goes to `acks`.
-    fn run(self: Box<Self>, acks: Sender<Ack>) {
+    pub fn run(self, acks: Sender<Ack>) {
         if let Err(e) = self.read(&acks) {
             self.control.fail(format!(
                 "exchange topic `{}` partition {}: {e}",
@@ -888,9 +941,7 @@ impl RemoteReader for ExchangeReader {
             );
         }
     }
-}
 
-impl ExchangeReader {
     fn read(&self, acks: &Sender<Ack>) -> Result<(), String> {
         let mut filter = PartitionFilter::new(self.generation);
         let mut committed_at = std::time::Instant::now();

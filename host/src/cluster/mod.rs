@@ -4,10 +4,7 @@
 //! Entry points: [`ClusterSettings`] (`--cluster kafka://host:port` or the
 //! topology's `[cluster]` table), [`member::run_as_member`] (a member of a
 //! job of several), [`exchange::Exchanges`] (edges of a run as Kafka
-//! topics), [`record`] (how an in-band message travels as a record) and
-//! [`transport`] (all of it as the runtime's
-//! [`Transport`](crate::runtime::Transport), which callers hand to the
-//! runtime: the runtime never imports this module).
+//! topics) and [`record`] (how an in-band message travels as a record).
 //!
 //! Two placements ([`Placement`]). With `All`, one member runs every task
 //! and claims a new [`Generation`] in the epoch store at every start;
@@ -45,7 +42,6 @@ pub mod exchange;
 pub mod member;
 pub mod membership;
 pub mod record;
-pub mod transport;
 
 use std::collections::BTreeMap;
 

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::runtime::status::{ExchangeStatus, RunState, StatusRecord};
+use crate::cluster::exchange::ExchangeStatus;
+use crate::runtime::status::{RunState, StatusRecord};
 
 /// A histogram family: name, help, and the stage's histogram if it has one.
 type HistogramFamily = (
