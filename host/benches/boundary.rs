@@ -188,7 +188,7 @@ fn run_pipeline(
             c.request_stop();
         });
     }
-    runtime::run(plan, Arc::clone(&control), &metrics, store).expect("run");
+    runtime::run(plan, Arc::clone(&control), &metrics, store, None).expect("run");
     (metrics, control)
 }
 

@@ -24,6 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fvhost::cluster::ClusterSettings;
 use fvhost::epoch::EpochStore;
 use fvhost::plugin::PluginEngine;
 use fvhost::runtime::{self, RunControl, StageMetrics};
@@ -71,8 +72,19 @@ fn rate(engine: &PluginEngine, dir: &Path, text: &str, repeat: usize) -> Measure
         let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
         let metrics = StageMetrics::for_plan(&plan);
         let store = EpochStore::open(&state.path().display().to_string()).expect("store");
+        // The member holds every task: keyed edges go through the
+        // cluster's topics when the topology has a `[cluster]` table.
+        let cluster = plan.topology.settings.cluster.clone();
+        let transport = cluster.as_ref().map(ClusterSettings::transport);
         let ((), wall, cpu) = common::measure(|| {
-            runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+            runtime::run(
+                plan,
+                Arc::new(RunControl::default()),
+                &metrics,
+                store,
+                transport,
+            )
+            .expect("run");
         });
         let events = StageMetrics::get(&metrics[0].rows_out) as f64;
         let bytes: u64 = metrics

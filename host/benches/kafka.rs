@@ -144,7 +144,7 @@ config = {{ brokers = "{addr}", topic = "fv-out", key = "auction", delivery = "a
     let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
     let metrics = StageMetrics::for_plan(&plan);
     let store = EpochStore::open(&state.path().display().to_string()).expect("store");
-    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store, None).expect("run");
     started.elapsed()
 }
 

@@ -48,7 +48,7 @@ pub fn run_topology(engine: &PluginEngine, dir: &Path, text: &str) -> (Duration,
         let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
         let metrics = StageMetrics::for_plan(&plan);
         let store = EpochStore::open(&state.path().display().to_string()).expect("store");
-        runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+        runtime::run(plan, Arc::new(RunControl::default()), &metrics, store, None).expect("run");
     });
     (wall, cpu)
 }
@@ -61,7 +61,7 @@ pub fn run_with_metrics(engine: &PluginEngine, dir: &Path, text: &str) -> Vec<Ar
     let plan = runtime::plan(topology, engine).unwrap_or_else(|d| panic!("{d}"));
     let metrics = StageMetrics::for_plan(&plan);
     let store = EpochStore::open(&state.path().display().to_string()).expect("store");
-    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store).expect("run");
+    runtime::run(plan, Arc::new(RunControl::default()), &metrics, store, None).expect("run");
     metrics
 }
 

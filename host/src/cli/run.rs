@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use fvhost::cluster::ClusterSettings;
 use fvhost::epoch::{EpochLease, EpochStore, StateLock};
 use fvhost::runtime::status::{Heartbeat, RunState};
 use fvhost::runtime::{self, RunControl, StageMetrics, progress};
@@ -140,27 +141,40 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
         Some(cluster) => {
             let job = fvhost::cluster::member::MemberJob::of(&plan, &cluster);
             let mut first = Some(plan);
-            fvhost::cluster::member::run_as_member(&job, &store, &control, |member, run_control| {
-                // Each generation plans afresh: a run consumes
-                // its plugin instances.
-                let plan = match first.take() {
-                    Some(plan) => plan,
-                    None => load_and_plan(&topology, &engine, &plugins)
-                        .map_err(|_| {
+            fvhost::cluster::member::run_as_member(
+                &job,
+                &store,
+                &control,
+                |member, run_control, transport| {
+                    // Each generation plans afresh: a run consumes
+                    // its plugin instances.
+                    let plan = match first.take() {
+                        Some(plan) => plan,
+                        None => load_and_plan(&topology, &engine, &plugins).map_err(|_| {
                             runtime::RunError::Task(format!(
                                 "planning {} again for the next generation failed",
                                 topology.display()
                             ))
-                        })
-                        .map(|mut p| {
-                            p.topology.settings.cluster = Some(cluster.clone());
-                            p
                         })?,
-                };
-                runtime::run_member(plan, run_control, &metrics, store.clone(), member)
-            })
+                    };
+                    runtime::run_member(
+                        plan,
+                        run_control,
+                        &metrics,
+                        store.clone(),
+                        member,
+                        transport,
+                    )
+                },
+            )
         }
-        None => runtime::run(plan, control, &metrics, store),
+        None => {
+            // `[cluster]` with every task here: keyed edges still go
+            // through the cluster's topics.
+            let cluster = plan.topology.settings.cluster.clone();
+            let transport = cluster.as_ref().map(ClusterSettings::transport);
+            runtime::run(plan, control, &metrics, store, transport)
+        }
     };
     display.finish();
     match &result {

@@ -28,6 +28,7 @@ use super::ClusterSettings;
 use super::exchange::ExchangeError;
 use crate::epoch::{Ack, Generation, SinkCommand, SourceCommand};
 use crate::runtime::RunControl;
+use crate::runtime::transport::EpochBridge;
 
 /// How long a reader waits for a record before it checks whether to stop.
 const POLL: Duration = Duration::from_millis(50);
@@ -193,8 +194,9 @@ impl ControlReader {
     }
 }
 
-/// The threads that carry one member's side of the epoch protocol; they
-/// stop when [`Self::stop`] is called (after the member's tasks ended).
+/// The threads that carry one member's side of the epoch protocol (the
+/// runtime's [`EpochBridge`]); they stop when it is stopped (after the
+/// member's tasks ended).
 pub struct ControlBridge {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -356,10 +358,12 @@ impl ControlBridge {
         self.threads.push(handle);
         Ok(())
     }
+}
 
+impl EpochBridge for ControlBridge {
     /// Stop the readers and wait for every thread (writers end when their
     /// channels close).
-    pub fn stop(self) {
+    fn stop(self: Box<Self>) {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.threads {
             let _ = t.join();

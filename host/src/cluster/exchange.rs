@@ -1,9 +1,11 @@
 //! [`Exchanges`]: the keyed edges of a cluster member's run as Kafka
-//! topics.
+//! topics, the runtime's [`RemoteEdges`] (its counters are the runtime's
+//! [`ExchangeMetrics`]).
 //!
 //! A producing task writes straight to its partitions through an
-//! [`ExchangeWriter`] (the sending end of an edge, so operators do not know
-//! the difference); one [`ExchangeReader`] thread per partition reads it
+//! [`ExchangeWriter`] (the runtime's [`RemoteSend`] behind an edge's
+//! sender, so operators do not know the difference); one
+//! [`ExchangeReader`] thread per partition reads it
 //! back, drops records of other generations, acknowledges every barrier's
 //! offset to the coordinator and feeds the consuming task's bounded
 //! channel. Backpressure holds end to end: a full channel stops its
@@ -28,14 +30,16 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 
 use super::ClusterSettings;
 use super::record::{HEADER, PartitionFilter, RecordHeader, Verdict};
 use crate::epoch::{Ack, Generation, Manifest, OnCommit};
 use crate::runtime::edge::EdgeSender;
-use crate::runtime::metrics::StageMetrics;
-use crate::runtime::{Message, RunControl};
+use crate::runtime::metrics::{ExchangeMetrics, StageMetrics};
+use crate::runtime::transport::{
+    RemoteEdge, RemoteEdges, RemoteReader, RemoteSend, TransportError,
+};
+use crate::runtime::{Message, RunControl, RunError};
 
 /// A record larger than this is split into smaller batches (brokers
 /// refuse records over ~1 MiB by default).
@@ -221,83 +225,22 @@ pub enum ExchangeError {
         /// The error.
         source: KafkaError,
     },
+    /// The runtime named an edge this run never opened.
+    #[error("exchange edge {0} was used before it was opened (a bug in fvhost; please report it)")]
+    Unopened(usize),
 }
 
-/// Records and bytes through one exchange topic, as this member saw them.
-#[derive(Debug)]
-pub struct ExchangeMetrics {
-    /// The topic.
-    pub topic: String,
-    /// The producing node.
-    pub from: String,
-    /// The consuming node.
-    pub to: String,
-    /// Partitions.
-    pub partitions: u32,
-    /// The generation this member runs in.
-    pub generation: u64,
-    records_out: AtomicU64,
-    bytes_out: AtomicU64,
-    records_in: AtomicU64,
-    bytes_in: AtomicU64,
-    /// Records of other generations dropped on read.
-    dropped: AtomicU64,
-    /// Records written twice (a retried request), dropped on read.
-    duplicates: AtomicU64,
-    /// Records this member wrote that their reader passed on: a reader
-    /// here counts them, one on another member is seen by its commits.
-    read_of_ours: AtomicU64,
+/// The runtime carries a cluster's errors whole.
+impl From<ExchangeError> for TransportError {
+    fn from(e: ExchangeError) -> Self {
+        TransportError::new(e)
+    }
 }
 
-/// One exchange topic in the status record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExchangeStatus {
-    /// The topic.
-    pub topic: String,
-    /// The producing node.
-    pub from: String,
-    /// The consuming node.
-    pub to: String,
-    /// Partitions.
-    pub partitions: u32,
-    /// The generation this member runs in.
-    pub generation: u64,
-    /// Records written.
-    pub records_out: u64,
-    /// Bytes written (values and headers).
-    pub bytes_out: u64,
-    /// Records read of this generation.
-    pub records_in: u64,
-    /// Bytes read of this generation.
-    pub bytes_in: u64,
-    /// Records this member wrote that their reader has not passed on yet
-    /// (a reader on another member as far as its committed progress shows).
-    pub lag: u64,
-    /// Records of other generations dropped on read: a crashed
-    /// incarnation's uncommitted tail, or a fenced member's late writes.
-    pub dropped_other_generations: u64,
-    /// Records written twice by a retrying client, dropped on read.
-    pub duplicates_dropped: u64,
-}
-
-impl ExchangeMetrics {
-    /// The counters now.
-    pub fn status(&self) -> ExchangeStatus {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ExchangeStatus {
-            topic: self.topic.clone(),
-            from: self.from.clone(),
-            to: self.to.clone(),
-            partitions: self.partitions,
-            generation: self.generation,
-            records_out: get(&self.records_out),
-            bytes_out: get(&self.bytes_out),
-            records_in: get(&self.records_in),
-            bytes_in: get(&self.bytes_in),
-            lag: get(&self.records_out).saturating_sub(get(&self.read_of_ours)),
-            dropped_other_generations: get(&self.dropped),
-            duplicates_dropped: get(&self.duplicates),
-        }
+/// A member's setup (topics, its group) fails the run like its exchanges do.
+impl From<ExchangeError> for RunError {
+    fn from(e: ExchangeError) -> Self {
+        RunError::Transport(e.into())
     }
 }
 
@@ -331,12 +274,12 @@ pub struct Exchanges {
     control: Arc<RunControl>,
     producer: Arc<ThreadedProducer<DeliveryGuard>>,
     readers: Vec<ExchangeReader>,
-    /// Where each partition's reader starts (the resumed manifest's
-    /// offsets).
-    resume: Option<Manifest>,
-    /// Where each partition's reader starts, as a round of several
-    /// members decided (overrides `resume`).
-    starts: Option<Offsets>,
+    /// Where each partition's reader starts: the resumed manifest's
+    /// offsets, or where a round of several members decided (a partition
+    /// it does not name: at its end).
+    starts: Offsets,
+    /// The edges opened, numbered in that order ([`RemoteEdge::id`]).
+    edges: Vec<Arc<ExchangeEdge>>,
     admin: TopicAdmin,
     /// Partitions this member writes and another reads, with how far
     /// their readers got.
@@ -352,14 +295,14 @@ impl Drop for Exchanges {
 }
 
 impl Exchanges {
-    /// The exchanges of a run of `topology` in `generation`, resuming
-    /// after `resume`.
+    /// The exchanges of a run of `topology` in `generation`, whose
+    /// readers start at `starts`.
     pub fn new(
         settings: &ClusterSettings,
         topology: &str,
         generation: Generation,
         control: Arc<RunControl>,
-        resume: Option<Manifest>,
+        starts: Offsets,
     ) -> Result<Exchanges, ExchangeError> {
         let mut config = settings.client_config();
         config
@@ -381,7 +324,7 @@ impl Exchanges {
             .map_err(|source| settings.client_error("creating the exchange producer", source))?;
         Ok(Exchanges {
             admin: TopicAdmin::new(settings)?,
-            starts: None,
+            edges: Vec::new(),
             remote_reads: Vec::new(),
             done: Arc::default(),
             settings: settings.clone(),
@@ -390,19 +333,8 @@ impl Exchanges {
             control,
             producer: Arc::new(producer),
             readers: Vec::new(),
-            resume,
+            starts,
         })
-    }
-
-    /// Start every reader where a round of several members decided.
-    pub fn starting_at(mut self, starts: Offsets) -> Exchanges {
-        self.starts = Some(starts);
-        self
-    }
-
-    /// The generation this run writes and reads.
-    pub fn generation(&self) -> Generation {
-        self.generation
     }
 
     /// The topic of the keyed edge `from` → `to` with `producers` ×
@@ -417,39 +349,69 @@ impl Exchanges {
         format!("fv.{topology}.exchange.{from}.{to}.{producers}x{consumers}")
     }
 
+    /// A client of the readers' group, which commits how far they read.
+    fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
+        self.settings
+            .client_config()
+            .set("group.id", self.readers_group())
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|source| {
+                self.settings
+                    .client_error("creating an exchange progress reader", source)
+            })
+    }
+
+    fn readers_group(&self) -> String {
+        format!("fv.{}.exchange-readers", self.topology)
+    }
+
+    /// The edge the runtime opened as `edge`.
+    fn opened(&self, edge: &RemoteEdge) -> Result<Arc<ExchangeEdge>, ExchangeError> {
+        self.edges
+            .get(edge.id)
+            .cloned()
+            .ok_or(ExchangeError::Unopened(edge.id))
+    }
+}
+
+/// The runtime's remote edges as this run's topics.
+impl RemoteEdges for Exchanges {
+    fn generation(&self) -> Generation {
+        self.generation
+    }
+
     /// Make the edge `from` → `to` a topic (created if absent): its
     /// metrics, and per (producer, consumer) pair the topic's partition.
-    pub fn edge(
+    fn edge(
         &mut self,
         from: &str,
         to: &str,
         producers: usize,
         consumers: usize,
-    ) -> Result<ExchangeEdge, ExchangeError> {
+    ) -> Result<RemoteEdge, TransportError> {
         let topic = Self::topic_name(&self.topology, from, to, producers, consumers);
         if topic.len() > 249 {
-            return Err(ExchangeError::Name(topic));
+            return Err(ExchangeError::Name(topic).into());
         }
         let partitions = (producers * consumers) as i32;
         self.admin.ensure(&topic, partitions)?;
-        Ok(ExchangeEdge {
-            metrics: Arc::new(ExchangeMetrics {
-                topic: topic.clone(),
-                from: from.to_string(),
-                to: to.to_string(),
-                partitions: partitions as u32,
-                generation: self.generation.number,
-                records_out: AtomicU64::new(0),
-                bytes_out: AtomicU64::new(0),
-                records_in: AtomicU64::new(0),
-                bytes_in: AtomicU64::new(0),
-                dropped: AtomicU64::new(0),
-                duplicates: AtomicU64::new(0),
-                read_of_ours: AtomicU64::new(0),
-            }),
+        let metrics = Arc::new(ExchangeMetrics::new(
+            &topic,
+            from,
+            to,
+            partitions as u32,
+            self.generation.number,
+        ));
+        self.edges.push(Arc::new(ExchangeEdge {
+            metrics: Arc::clone(&metrics),
             topic: Arc::from(topic.as_str()),
             producers,
             backlogs: (0..partitions).map(|_| Arc::default()).collect(),
+        }));
+        Ok(RemoteEdge {
+            id: self.edges.len() - 1,
+            metrics,
         })
     }
 
@@ -457,13 +419,14 @@ impl Exchanges {
     /// `local` when this member reads the partition too. Either way the
     /// writer waits while its reader lags (4 MiB, 2 MiB when remote),
     /// seen directly or through the offsets the reader commits.
-    pub fn writer(
+    fn writer(
         &mut self,
-        edge: &ExchangeEdge,
+        edge: &RemoteEdge,
         producer: usize,
         consumer: usize,
         local: bool,
-    ) -> EdgeSender {
+    ) -> Result<EdgeSender, TransportError> {
+        let edge = self.opened(edge)?;
         let partition = edge.partition(producer, consumer);
         let backlog = match local {
             true => edge.backlog(partition),
@@ -478,7 +441,7 @@ impl Exchanges {
                 Arc::new(Backlog::remote(read))
             }
         };
-        EdgeSender::exchange(ExchangeWriter {
+        Ok(EdgeSender::remote(Arc::new(ExchangeWriter {
             producer: Arc::clone(&self.producer),
             control: Arc::clone(&self.control),
             topic: Arc::clone(&edge.topic),
@@ -489,31 +452,27 @@ impl Exchanges {
             seq: AtomicU64::new(0),
             metrics: Arc::clone(&edge.metrics),
             backlog,
-        })
+        })))
     }
 
     /// Read partition (`producer`, `consumer`) of `edge` into `out` once
     /// the readers start. `writer_here`: the partition's writer runs in
     /// this member (what the reader passes on counts as its records read).
-    pub fn reader(
+    fn reader(
         &mut self,
-        edge: &ExchangeEdge,
+        edge: &RemoteEdge,
         producer: usize,
         consumer: usize,
         out: EdgeSender,
         writer_here: bool,
-    ) -> Result<(), ExchangeError> {
+    ) -> Result<(), TransportError> {
+        let edge = self.opened(edge)?;
         let partition = edge.partition(producer, consumer);
-        let resumed = match &self.starts {
-            Some(starts) => starts
-                .get(&*edge.topic)
-                .and_then(|p| p.get(&partition))
-                .copied(),
-            None => self
-                .resume
-                .as_ref()
-                .and_then(|m| m.exchange_offset(&edge.topic, partition)),
-        };
+        let resumed = self
+            .starts
+            .get(&*edge.topic)
+            .and_then(|p| p.get(&partition))
+            .copied();
         let mut config = self.settings.client_config();
         config
             .set("group.id", self.readers_group())
@@ -571,7 +530,7 @@ impl Exchanges {
     /// newest `keep` manifests (the ones a restart may resume from) are
     /// deleted, on a thread of its own so that the coordinator never waits
     /// for the broker.
-    pub fn retention(&self, keep: usize) -> Result<Option<OnCommit>, ExchangeError> {
+    fn retention(&self, keep: usize) -> Result<Option<OnCommit>, TransportError> {
         if !self.settings.trim {
             return Ok(None);
         }
@@ -600,7 +559,7 @@ impl Exchanges {
 
     /// The readers, to start on their own threads with the coordinator's
     /// acknowledgement channel.
-    pub fn take_readers(&mut self) -> Result<Vec<ExchangeReader>, ExchangeError> {
+    fn take_readers(&mut self) -> Result<Vec<Box<dyn RemoteReader>>, TransportError> {
         if !self.remote_reads.is_empty() {
             let consumer = self.progress_consumer()?;
             let partitions = std::mem::take(&mut self.remote_reads);
@@ -610,24 +569,10 @@ impl Exchanges {
                 .spawn(move || watch_remote_reads(&consumer, &partitions, generation, &done))
                 .map_err(ExchangeError::Thread)?;
         }
-        Ok(std::mem::take(&mut self.readers))
-    }
-
-    /// A client of the readers' group, which commits how far they read.
-    fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
-        self.settings
-            .client_config()
-            .set("group.id", self.readers_group())
-            .set("enable.auto.commit", "false")
-            .create()
-            .map_err(|source| {
-                self.settings
-                    .client_error("creating an exchange progress reader", source)
-            })
-    }
-
-    fn readers_group(&self) -> String {
-        format!("fv.{}.exchange-readers", self.topology)
+        Ok(std::mem::take(&mut self.readers)
+            .into_iter()
+            .map(|r| Box::new(r) as Box<dyn RemoteReader>)
+            .collect())
     }
 }
 
@@ -771,13 +716,13 @@ fn trim(admin: &AdminClient<DefaultClientContext>, offsets: &crossbeam_channel::
 }
 
 /// One keyed edge as a topic.
-pub struct ExchangeEdge {
+struct ExchangeEdge {
     topic: Arc<str>,
     producers: usize,
     /// Per partition, what waits in it.
     backlogs: Vec<Arc<Backlog>>,
     /// Its counters.
-    pub metrics: Arc<ExchangeMetrics>,
+    metrics: Arc<ExchangeMetrics>,
 }
 
 impl ExchangeEdge {
@@ -816,11 +761,11 @@ impl std::fmt::Debug for ExchangeWriter {
     }
 }
 
-impl ExchangeWriter {
+impl RemoteSend for ExchangeWriter {
     /// Write `message`, waiting while the producer's queue is full. Fails
     /// (handing the message back) once the run has failed, e.g. because a
     /// record was not delivered.
-    pub fn send(&self, message: Message) -> Result<(), SendError<Message>> {
+    fn send(&self, message: Message) -> Result<(), SendError<Message>> {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let sent = match &message {
             Message::Batch(batch, _) => self.send_batch(batch, &message, epoch),
@@ -834,7 +779,9 @@ impl ExchangeWriter {
         }
         Ok(())
     }
+}
 
+impl ExchangeWriter {
     /// A batch as one record, or several if it is too large for one.
     fn send_batch(
         &self,
@@ -917,15 +864,15 @@ pub struct ExchangeReader {
     writer_here: bool,
 }
 
-impl ExchangeReader {
+impl RemoteReader for ExchangeReader {
     /// A name for its thread.
-    pub fn name(&self) -> String {
+    fn name(&self) -> String {
         format!("{}[{}]", self.topic, self.partition)
     }
 
     /// Read until the partition's producer ends its stream, the consuming
     /// task is gone, or the run fails. Each barrier's offset goes to `acks`.
-    pub fn run(self, acks: Sender<Ack>) {
+    fn run(self: Box<Self>, acks: Sender<Ack>) {
         if let Err(e) = self.read(&acks) {
             self.control.fail(format!(
                 "exchange topic `{}` partition {}: {e}",
@@ -941,7 +888,9 @@ impl ExchangeReader {
             );
         }
     }
+}
 
+impl ExchangeReader {
     fn read(&self, acks: &Sender<Ack>) -> Result<(), String> {
         let mut filter = PartitionFilter::new(self.generation);
         let mut committed_at = std::time::Instant::now();

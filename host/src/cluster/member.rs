@@ -8,11 +8,12 @@
 //! the epoch to resume from (discarding newer ones), reads where every
 //! internal topic ends, and claims the next [`Generation`] with all of it
 //! ([`JobRound`]). Every member then runs its tasks in that generation
-//! ([`crate::runtime::run_member`]). Any change of membership (a member
-//! killed, paused past its session timeout, added) fails every member's
-//! run, and they all go round again: the newest manifest, a new
-//! generation, records of older ones dropped. A member whose own run
-//! fails leaves the group and joins again, which starts a round for all.
+//! ([`crate::runtime::run_member`], with this cluster as its transport).
+//! Any change of membership (a member killed, paused past its session
+//! timeout, added) fails every member's run, and they all go round
+//! again: the newest manifest, a new generation, records of older ones
+//! dropped. A member whose own run fails leaves the group and joins
+//! again, which starts a round for all.
 //!
 //! This module decides when a member runs and in which generation; it
 //! never runs a task itself.
@@ -28,7 +29,7 @@ use super::exchange::{Exchanges, Offsets, TopicAdmin};
 use super::membership::{Assignment, Membership};
 use crate::epoch::{EpochError, EpochStore, Generation, JobRound, RoundReport, newest_restorable};
 use crate::runtime::status::MemberStatus;
-use crate::runtime::{MemberRun, Plan, RunControl, RunError, RunReport};
+use crate::runtime::{MemberRun, Plan, RunControl, RunError, RunReport, Transport};
 
 /// How often a member looks at the store while a round is agreed.
 const LOOK: Duration = Duration::from_millis(50);
@@ -132,12 +133,13 @@ enum Agreement {
 /// Run this member until the job ends (its sources drain), a stop is
 /// requested through `stop` (the process's control, which also shows the
 /// member's place in the status record), or the member cannot go on.
-/// `attempt` runs one generation's share with a fresh [`RunControl`].
+/// `attempt` runs one generation's share with a fresh [`RunControl`],
+/// through the job's cluster as its transport.
 pub fn run_as_member(
     job: &MemberJob,
     store: &EpochStore,
     stop: &RunControl,
-    mut attempt: impl FnMut(&MemberRun, Arc<RunControl>) -> Result<RunReport, RunError>,
+    mut attempt: impl FnMut(&MemberRun, Arc<RunControl>, &dyn Transport) -> Result<RunReport, RunError>,
 ) -> Result<RunReport, RunError> {
     let admin = TopicAdmin::new(&job.settings)?;
     admin.ensure(&Membership::topic_name(&job.topology), job.tasks as i32)?;
@@ -235,7 +237,7 @@ pub fn run_as_member(
         let session = job.settings.session_timeout;
         let result = std::thread::scope(|scope| {
             scope.spawn(|| watch(group, changes, &member, &control, stop, session, &done));
-            let result = attempt(&member, Arc::clone(&control));
+            let result = attempt(&member, Arc::clone(&control), job.settings.transport());
             done.store(true, Ordering::SeqCst);
             result
         });

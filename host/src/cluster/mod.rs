@@ -4,7 +4,10 @@
 //! Entry points: [`ClusterSettings`] (`--cluster kafka://host:port` or the
 //! topology's `[cluster]` table), [`member::run_as_member`] (a member of a
 //! job of several), [`exchange::Exchanges`] (edges of a run as Kafka
-//! topics) and [`record`] (how an in-band message travels as a record).
+//! topics), [`record`] (how an in-band message travels as a record) and
+//! [`transport`] (all of it as the runtime's
+//! [`Transport`](crate::runtime::Transport), which callers hand to the
+//! runtime: the runtime never imports this module).
 //!
 //! Two placements ([`Placement`]). With `All`, one member runs every task
 //! and claims a new [`Generation`] in the epoch store at every start;
@@ -42,6 +45,7 @@ pub mod exchange;
 pub mod member;
 pub mod membership;
 pub mod record;
+pub mod transport;
 
 use std::collections::BTreeMap;
 

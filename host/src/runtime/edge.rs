@@ -8,6 +8,8 @@
 //! blocked on a full channel counts one over, which reads as full. The
 //! gauge holds neither end of a channel: a channel still closes when its
 //! last sender or receiver goes, exactly as without it. It never blocks.
+//! An [`EdgeSender`] whose pair goes through another process sends through
+//! its transport's [`RemoteSend`] instead, which counts for itself.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +18,7 @@ use crossbeam_channel::{SendError, Sender};
 
 use super::message::Message;
 use super::status::EdgeStatus;
-use crate::cluster::exchange::ExchangeWriter;
+use super::transport::RemoteSend;
 
 /// The channels of one edge: every producer task to every consumer task
 /// of one (upstream, downstream) pair.
@@ -104,8 +106,8 @@ impl ChannelGauge {
 }
 
 /// The sending end of one channel of an edge, counted by its gauge: a
-/// bounded channel in memory, or a partition of an exchange topic (a
-/// cluster member's keyed edge).
+/// bounded channel in memory, or a pair of an edge a transport carries
+/// through another process (a cluster member's keyed edge).
 #[derive(Debug, Clone)]
 pub struct EdgeSender {
     route: Route,
@@ -117,7 +119,7 @@ enum Route {
         tx: Sender<Message>,
         gauge: Option<ChannelGauge>,
     },
-    Exchange(Arc<ExchangeWriter>),
+    Remote(Arc<dyn RemoteSend>),
 }
 
 impl EdgeSender {
@@ -131,10 +133,11 @@ impl EdgeSender {
         }
     }
 
-    /// Through an exchange topic's partition.
-    pub fn exchange(writer: ExchangeWriter) -> Self {
+    /// Through a transport (its sender does its own backpressure and
+    /// counting).
+    pub fn remote(sender: Arc<dyn RemoteSend>) -> Self {
         EdgeSender {
-            route: Route::Exchange(Arc::new(writer)),
+            route: Route::Remote(sender),
         }
     }
 
@@ -142,7 +145,7 @@ impl EdgeSender {
     pub fn send(&self, message: Message) -> Result<(), SendError<Message>> {
         let (tx, gauge) = match &self.route {
             Route::Channel { tx, gauge } => (tx, gauge),
-            Route::Exchange(writer) => return writer.send(message),
+            Route::Remote(sender) => return sender.send(message),
         };
         // Counted before it can be received, so the count never runs
         // behind the channel.

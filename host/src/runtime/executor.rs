@@ -24,9 +24,8 @@ use super::metrics::StageMetrics;
 use super::operator::{Downstream, Emitter, Operator, TaskError};
 use super::operators::{SinkWriter, commit_durable};
 use super::plan::{Plan, PlannedSink, PlannedSource, PlannedStage, SourceEventTime, StageTask};
+use super::transport::{EpochBridge, EpochSide, RemoteEdges, Transport, TransportError};
 use super::watermark::{SystemClock, WatermarkClock};
-use crate::cluster::control::ControlBridge;
-use crate::cluster::exchange::{ExchangeError, Exchanges};
 use crate::epoch::{
     Ack, Coordinator, CoordinatorConfig, EpochStore, Generation, JobRound, Manifest, OnCommit,
     SinkCommand, SourceCommand, newest_restorable, restorable_at,
@@ -80,9 +79,10 @@ pub enum RunError {
     /// The epoch store failed.
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
-    /// A cluster member's exchange topics could not be set up.
+    /// The transport to the job's other processes (a cluster member's
+    /// exchange topics) could not be set up.
     #[error(transparent)]
-    Exchange(#[from] ExchangeError),
+    Transport(#[from] TransportError),
 }
 
 /// What a finished run did.
@@ -100,8 +100,9 @@ pub struct RunReport {
     pub committed_epoch: Option<u64>,
 }
 
-/// A member's share of one generation of a job of several members (see
-/// [`crate::cluster::member`]).
+/// A member's share of one generation of a job of several members (the
+/// cluster module decides the rounds and hands each one to
+/// [`run_member`]).
 #[derive(Debug, Clone)]
 pub struct MemberRun {
     /// The generation every member of the round runs.
@@ -204,26 +205,32 @@ impl Owned {
     }
 }
 
-/// Run `plan` until its sources drain, a stop is requested, or a task fails.
+/// Run `plan` until its sources drain, a stop is requested, or a task
+/// fails. With a `transport` (a cluster member running the whole job),
+/// the run claims a new generation and every keyed edge goes through it;
+/// without one, every edge stays in memory.
 pub fn run(
     plan: Plan,
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
     store: EpochStore,
+    transport: Option<&dyn Transport>,
 ) -> Result<RunReport, RunError> {
-    run_job(plan, control, metrics, store, None)
+    run_job(plan, control, metrics, store, transport, None)
 }
 
 /// Run `member`'s share of `plan` in its generation, until the job's
-/// sources drain, a stop is requested, or a task (of any member) fails.
+/// sources drain, a stop is requested, or a task (of any member) fails;
+/// edges between members and the epoch protocol go through `transport`.
 pub fn run_member(
     plan: Plan,
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
     store: EpochStore,
     member: &MemberRun,
+    transport: &dyn Transport,
 ) -> Result<RunReport, RunError> {
-    run_job(plan, control, metrics, store, Some(member))
+    run_job(plan, control, metrics, store, Some(transport), Some(member))
 }
 
 fn run_job(
@@ -231,6 +238,7 @@ fn run_job(
     control: Arc<RunControl>,
     metrics: &[Arc<StageMetrics>],
     store: EpochStore,
+    transport: Option<&dyn Transport>,
     member: Option<&MemberRun>,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
@@ -255,8 +263,8 @@ fn run_job(
             .map(Arc::clone)
             .unwrap_or_default()
     };
-    let mut exchanges = match (&plan.topology.settings.cluster, member) {
-        (Some(cluster), Some(m)) => {
+    let mut exchanges = match (transport, member) {
+        (Some(transport), Some(m)) => {
             tracing::info!(
                 generation = m.generation.number,
                 tasks = ?m.tasks(),
@@ -265,35 +273,36 @@ fn run_job(
             if !m.coordinates() {
                 control.commits_decided_elsewhere();
             }
-            Some(
-                Exchanges::new(
-                    cluster,
-                    &plan.topology.name,
-                    m.generation,
-                    Arc::clone(&control),
-                    None,
-                )?
-                .starting_at(m.round.starts.clone()),
-            )
+            Some(transport.edges(
+                &plan.topology.name,
+                m.generation,
+                Arc::clone(&control),
+                m.round.starts.clone(),
+            )?)
         }
-        (Some(cluster), None) => {
+        (Some(transport), None) => {
             let generation = Generation::claim(&store)?;
             tracing::info!(
                 generation = generation.number,
-                brokers = %cluster.brokers,
+                cluster = %transport.address(),
                 "running as a cluster member: keyed edges go through exchange topics"
             );
-            Some(Exchanges::new(
-                cluster,
-                &plan.topology.name,
-                generation,
-                Arc::clone(&control),
-                resume.manifest.clone(),
-            )?)
+            Some(
+                transport.edges(
+                    &plan.topology.name,
+                    generation,
+                    Arc::clone(&control),
+                    resume
+                        .manifest
+                        .as_ref()
+                        .map(|m| m.exchanges.clone())
+                        .unwrap_or_default(),
+                )?,
+            )
         }
         (None, _) => None,
     };
-    let mut wiring = wire_edges(&plan, &metric, exchanges.as_mut(), &owned)?;
+    let mut wiring = wire_edges(&plan, &metric, exchanges.as_deref_mut(), &owned)?;
     wire_side_outputs(&plan, &metric, &mut wiring, &owned)?;
     let settings = plan.topology.settings.clone();
     let mut launch = Launch::new(&settings, &control, &resume, owned.clone());
@@ -326,12 +335,15 @@ fn run_job(
         let m = metric(&sink.name);
         launch.sink(sink, &m, &mut wiring)?;
     }
-    if let Some(exchanges) = exchanges.as_mut() {
+    if let Some(exchanges) = exchanges.as_deref_mut() {
         launch.exchange_readers(exchanges)?;
     }
     let handles = std::mem::take(&mut launch.handles);
-    let (committed_epoch, bridge) = match (member, &settings.cluster) {
-        (Some(m), Some(cluster)) => launch.take_part(m, cluster, &topology, &plugins, store)?,
+    let (committed_epoch, bridge) = match (member, transport) {
+        (Some(m), Some(transport)) => {
+            let (committed, bridge) = launch.take_part(m, transport, &topology, &plugins, store)?;
+            (committed, Some(bridge))
+        }
         _ => (launch.coordinate(&topology, &plugins, store), None),
     };
     for (name, handle) in handles {
@@ -466,13 +478,13 @@ impl Wiring {
 
 /// One bounded channel per (producer task, consumer task) of every edge;
 /// rows into a keyed stage are routed by their key's vnode. A cluster
-/// member sends a pair through an exchange topic when the edge is keyed or
-/// when the two tasks run on different members (it reads the partitions
-/// of the consumers it runs and writes those of the producers it runs).
+/// member sends a pair through its transport when the edge is keyed or
+/// when the two tasks run on different members (it reads the pairs of the
+/// consumers it runs and writes those of the producers it runs).
 fn wire_edges(
     plan: &Plan,
     metric: &impl Fn(&str) -> Arc<StageMetrics>,
-    mut exchanges: Option<&mut Exchanges>,
+    mut exchanges: Option<&mut (dyn RemoteEdges + '_)>,
     owned: &Owned,
 ) -> Result<Wiring, RunError> {
     let capacity = plan.topology.settings.channel_capacity;
@@ -543,7 +555,7 @@ fn wire_edges(
                             if reads {
                                 ex.reader(edge, p, c, local, owned.has(input, p))?;
                             }
-                            senders.push(ex.writer(edge, p, c, reads));
+                            senders.push(ex.writer(edge, p, c, reads)?);
                         }
                         _ => senders.push(local),
                     }
@@ -730,39 +742,25 @@ impl<'a> Launch<'a> {
     fn take_part(
         mut self,
         member: &MemberRun,
-        cluster: &crate::cluster::ClusterSettings,
+        transport: &dyn Transport,
         topology: &Topology,
         plugins: &BTreeMap<String, LoadedPlugin>,
         store: EpochStore,
-    ) -> Result<(Option<u64>, Option<ControlBridge>), RunError> {
+    ) -> Result<(Option<u64>, Box<dyn EpochBridge>), RunError> {
         let control = Arc::clone(self.control);
-        let start = |topic: String| {
-            member
-                .round
-                .starts
-                .get(&topic)
-                .and_then(|p| p.get(&0))
-                .copied()
-                .unwrap_or(0)
-        };
         if member.coordinates() {
             let (sources_tx, sources_rx) = unbounded();
             let (sinks_tx, sinks_rx) = unbounded();
             self.source_commands.push(sources_tx);
             self.sink_commands.push(sinks_tx);
-            let bridge = ControlBridge::coordinator(
-                cluster,
-                &topology.name,
-                member.generation,
-                start(crate::cluster::control::acks_topic(&topology.name)),
-                sources_rx,
-                sinks_rx,
-                self.acks.clone(),
-                &control,
-                Arc::clone(&member.finished),
-            )?;
+            let side = EpochSide::Coordinator {
+                sources: sources_rx,
+                sinks: sinks_rx,
+                acks: self.acks.clone(),
+            };
+            let bridge = transport.epoch_bridge(&topology.name, member, side, &control)?;
             let committed = self.coordinate(topology, plugins, store);
-            return Ok((committed, Some(bridge)));
+            return Ok((committed, bridge));
         }
         let Launch {
             acks,
@@ -772,22 +770,17 @@ impl<'a> Launch<'a> {
             ..
         } = self;
         drop(acks);
-        let bridge = ControlBridge::member(
-            cluster,
-            &topology.name,
-            member.generation,
-            start(crate::cluster::control::commands_topic(&topology.name)),
-            source_commands,
-            sink_commands,
-            acks_in,
-            &control,
-            Arc::clone(&member.finished),
-        )?;
-        Ok((control.commit_point().durable, Some(bridge)))
+        let side = EpochSide::Member {
+            sources: source_commands,
+            sinks: sink_commands,
+            acks: acks_in,
+        };
+        let bridge = transport.epoch_bridge(&topology.name, member, side, &control)?;
+        Ok((control.commit_point().durable, bridge))
     }
 
     /// Start a reader thread per exchange partition.
-    fn exchange_readers(&mut self, exchanges: &mut Exchanges) -> Result<(), RunError> {
+    fn exchange_readers(&mut self, exchanges: &mut dyn RemoteEdges) -> Result<(), RunError> {
         for reader in exchanges.take_readers()? {
             self.exchange_partitions += 1;
             let acks = self.acks.clone();

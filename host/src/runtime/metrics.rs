@@ -51,9 +51,81 @@ pub struct StageMetrics {
     pub edges: Mutex<Vec<std::sync::Arc<super::edge::EdgeGauge>>>,
     /// The exchange topics into this stage (a cluster member's keyed
     /// inputs), with records and bytes through each.
-    pub exchanges: Mutex<Vec<std::sync::Arc<crate::cluster::exchange::ExchangeMetrics>>>,
+    pub exchanges: Mutex<Vec<std::sync::Arc<ExchangeMetrics>>>,
     /// Rows sent on per second, the newest [`RATE_HISTORY`] seconds.
     pub rate_history: RateHistory,
+}
+
+/// Records and bytes through one exchange (an edge a cluster member's
+/// transport carries through another process), as this process saw
+/// them. The transport counts; the status record reads.
+#[derive(Debug)]
+pub struct ExchangeMetrics {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    /// Records written.
+    pub records_out: AtomicU64,
+    /// Bytes written (values and headers).
+    pub bytes_out: AtomicU64,
+    /// Records read of this generation.
+    pub records_in: AtomicU64,
+    /// Bytes read of this generation.
+    pub bytes_in: AtomicU64,
+    /// Records of other generations dropped on read.
+    pub dropped: AtomicU64,
+    /// Records written twice (a retried request), dropped on read.
+    pub duplicates: AtomicU64,
+    /// Records this member wrote that their reader passed on: a reader
+    /// here counts them, one on another member is seen by its commits.
+    pub read_of_ours: AtomicU64,
+}
+
+impl ExchangeMetrics {
+    /// Counters at zero for `topic` (`from` → `to`, `partitions`
+    /// partitions) in `generation`.
+    pub fn new(topic: &str, from: &str, to: &str, partitions: u32, generation: u64) -> Self {
+        ExchangeMetrics {
+            topic: topic.to_string(),
+            from: from.to_string(),
+            to: to.to_string(),
+            partitions,
+            generation,
+            records_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            records_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            read_of_ours: AtomicU64::new(0),
+        }
+    }
+
+    /// The counters now.
+    pub fn status(&self) -> super::status::ExchangeStatus {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        super::status::ExchangeStatus {
+            topic: self.topic.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            partitions: self.partitions,
+            generation: self.generation,
+            records_out: get(&self.records_out),
+            bytes_out: get(&self.bytes_out),
+            records_in: get(&self.records_in),
+            bytes_in: get(&self.bytes_in),
+            lag: get(&self.records_out).saturating_sub(get(&self.read_of_ours)),
+            dropped_other_generations: get(&self.dropped),
+            duplicates_dropped: get(&self.duplicates),
+        }
+    }
 }
 
 /// How many per-second rates a [`RateHistory`] keeps (a minute).
@@ -333,10 +405,7 @@ impl StageMetrics {
     }
 
     /// Count what goes through `exchange` (one of this node's inputs).
-    pub fn watch_exchange(
-        &self,
-        exchange: std::sync::Arc<crate::cluster::exchange::ExchangeMetrics>,
-    ) {
+    pub fn watch_exchange(&self, exchange: std::sync::Arc<ExchangeMetrics>) {
         self.exchanges
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -344,7 +413,7 @@ impl StageMetrics {
     }
 
     /// Records and bytes through each exchange topic into this node.
-    pub fn exchange_status(&self) -> Vec<crate::cluster::exchange::ExchangeStatus> {
+    pub fn exchange_status(&self) -> Vec<super::status::ExchangeStatus> {
         self.exchanges
             .lock()
             .unwrap_or_else(|e| e.into_inner())

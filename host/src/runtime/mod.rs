@@ -6,8 +6,11 @@
 //! diagnostics) and [`executor::run`] (threads, channels, stop and failure).
 //!
 //! Every task is a thread; every edge is a bounded channel, so a slow sink
-//! slows its sources and memory stays flat. The runtime never parses
-//! topology files and never touches plugin bytes.
+//! slows its sources and memory stays flat. An edge between processes
+//! (a cluster member's) goes through a [`Transport`] the caller hands in
+//! ([`transport`]): the runtime owns that trait and never depends on the
+//! cluster module that implements it. The runtime never parses topology
+//! files and never touches plugin bytes.
 
 pub mod checkpoint;
 pub mod control;
@@ -24,6 +27,7 @@ pub mod progress;
 pub mod projection;
 pub mod status;
 pub mod tap;
+pub mod transport;
 pub mod watermark;
 
 pub use control::{CommitPoint, RunControl, SealError};
@@ -32,3 +36,4 @@ pub use message::{Message, Watermark};
 pub use metrics::StageMetrics;
 pub use operator::{Emitter, Operator, TaskError};
 pub use plan::{Plan, plan};
+pub use transport::{Transport, TransportError};

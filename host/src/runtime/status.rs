@@ -147,7 +147,7 @@ pub struct StatusRecord {
     /// bytes through each, its generation, and records of other
     /// generations dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exchanges: Vec<crate::cluster::exchange::ExchangeStatus>,
+    pub exchanges: Vec<ExchangeStatus>,
     /// A member of a job of several (`[cluster] placement = "group"`):
     /// its generation and where every task runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +161,37 @@ pub struct StatusRecord {
     pub cpu: Option<super::cpu::CpuByFamily>,
     /// The error, when FAILED.
     pub error: Option<String>,
+}
+
+/// One exchange topic in the status record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExchangeStatus {
+    /// The topic.
+    pub topic: String,
+    /// The producing node.
+    pub from: String,
+    /// The consuming node.
+    pub to: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// The generation this member runs in.
+    pub generation: u64,
+    /// Records written.
+    pub records_out: u64,
+    /// Bytes written (values and headers).
+    pub bytes_out: u64,
+    /// Records read of this generation.
+    pub records_in: u64,
+    /// Bytes read of this generation.
+    pub bytes_in: u64,
+    /// Records this member wrote that their reader has not passed on yet
+    /// (a reader on another member as far as its committed progress shows).
+    pub lag: u64,
+    /// Records of other generations dropped on read: a crashed
+    /// incarnation's uncommitted tail, or a fenced member's late writes.
+    pub dropped_other_generations: u64,
+    /// Records written twice by a retrying client, dropped on read.
+    pub duplicates_dropped: u64,
 }
 
 /// One member's view of its job's current generation.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::cluster::ClusterSettings;
 use crate::epoch::{EpochStore, StateLock};
 use crate::plugin::PluginEngine;
 use crate::runtime::status::{self, Heartbeat, RunState, StatusRecord};
@@ -653,6 +654,8 @@ fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), Ser
     let control = Arc::new(RunControl::default());
     let metrics = StageMetrics::for_plan(&plan);
     let (c, m, topology) = (Arc::clone(&control), metrics.clone(), name.to_string());
+    // A topology with `[cluster]` runs as one member holding every task.
+    let cluster = plan.topology.settings.cluster.clone();
     let thread = std::thread::Builder::new()
         .name(format!("fv-topology-{name}"))
         .spawn(move || {
@@ -665,7 +668,8 @@ fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), Ser
                 Duration::from_secs(1),
             );
             tracing::info!(topology = %topology, "running");
-            let (state, error) = match runtime::run(plan, c, &m, store) {
+            let transport = cluster.as_ref().map(ClusterSettings::transport);
+            let (state, error) = match runtime::run(plan, c, &m, store, transport) {
                 Ok(_) => (RunState::Stopped, None),
                 Err(e) => {
                     tracing::error!(topology = %topology, "the run failed: {e}");

@@ -3,8 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::cluster::exchange::ExchangeStatus;
-use crate::runtime::status::{RunState, StatusRecord};
+use crate::runtime::status::{ExchangeStatus, RunState, StatusRecord};
 
 /// A histogram family: name, help, and the stage's histogram if it has one.
 type HistogramFamily = (

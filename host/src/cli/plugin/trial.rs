@@ -177,7 +177,7 @@ fn run_trial(trial: &Trial, work: &Path, engine: &PluginEngine) -> anyhow::Resul
             }
         })
     });
-    let result = runtime::run(plan, Arc::clone(&control), &metrics, store);
+    let result = runtime::run(plan, Arc::clone(&control), &metrics, store, None);
     control.request_stop();
     if let Some(stopper) = stopper {
         let _ = stopper.join();
