@@ -317,13 +317,35 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
     }
 }
 
+/// A coordinator paused past its session timeout is fenced: the others
+/// go on in a new generation, and what it writes once woken (records of
+/// its old generation) is dropped by their readers. Whether its late
+/// records reach a reader of the new generation before that generation
+/// ends (the woken member's return starts the next) is a race: an
+/// attempt where none did is repeated, up to four times; every attempt
+/// must write what one plain process writes.
 #[test]
 fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
-    let broker = TrackedMock::untracked();
     let (top, alerts) = reference();
+    for attempt in 1..=4 {
+        if paused_coordinator(attempt, &top, &alerts) {
+            return;
+        }
+        eprintln!(
+            "attempt {attempt}: no late write reached a reader of the next generation; again"
+        );
+    }
+    panic!("in four attempts no late write of the paused coordinator was dropped by generation");
+}
+
+/// One attempt of the paused-coordinator scenario; whether a late write
+/// was dropped by generation.
+fn paused_coordinator(attempt: u32, top: &[String], alerts: &[String]) -> bool {
+    let broker = TrackedMock::untracked();
     let s = Scratch::new();
-    create_topics(&broker, "zombie");
-    s.write("t.toml", &topology("zombie", 8_000, &broker.brokers()));
+    let name = format!("zombie{attempt}");
+    create_topics(&broker, &name);
+    s.write("t.toml", &topology(&name, 8_000, &broker.brokers()));
     let mut members: Vec<Child> = (0..3).map(|i| start_member(s.path(), i, 0)).collect();
     let three = await_generation(s.path(), 3, 0);
     std::thread::sleep(Duration::from_millis(1200));
@@ -342,11 +364,6 @@ fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
         "the top-N equals one plain process's after the coordinator (member {coordinator}) was paused past generation {two}"
     );
     assert_eq!(s.output_lines("out/alerts"), alerts);
-    assert!(
-        dropped_other_generations(s.path(), 3) > 0,
-        "the paused coordinator's late writes were dropped by generation\n{}",
-        logs(s.path())
-    );
     // And it said why it stopped: it had been gone past its session.
     let its_log = std::fs::read_to_string(s.path().join(format!("member-{coordinator}-0.log")))
         .expect("the paused member's log");
@@ -354,6 +371,7 @@ fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
         its_log.contains("was unresponsive for") && its_log.contains("session timeout (2.0 s)"),
         "{its_log}"
     );
+    dropped_other_generations(s.path(), 3) > 0
 }
 
 #[test]
