@@ -44,7 +44,7 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
     assert_eq!(field(&run.stdout, "world"), "fv:plugin/step-plugin@0.4.1");
     assert_eq!(
         field(&run.stdout, "capabilities"),
-        "files (allow_read / allow_write)"
+        "files (allow_read / allow_write), network (allow_connect / allow_http)"
     );
     let schema = run
         .stdout
@@ -57,11 +57,13 @@ fn plugin_inspect_reads_metadata_world_and_imports_of_a_file() {
         "exports: {}",
         run.stdout
     );
-    assert!(
-        run.stdout.contains("wasi:filesystem/preopens"),
-        "imports: {}",
-        run.stdout
-    );
+    for import in [
+        "wasi:filesystem/preopens",
+        "wasi:sockets/tcp",
+        "wasi:http/outgoing-handler",
+    ] {
+        assert!(run.stdout.contains(import), "imports: {}", run.stdout);
+    }
 }
 
 #[test]
