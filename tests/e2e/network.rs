@@ -223,6 +223,13 @@ fn ungranted_peers_ports_and_names_are_refused_naming_them() {
             grant.clone(),
             "the sandbox refused a name lookup of `exfiltrate.secret.example`".to_string(),
         ),
+        // A name holding a newline is logged escaped: no forged host line.
+        (
+            format!("evil\\nERROR the run failed: FORGED:{}", server.port),
+            grant.clone(),
+            "the sandbox refused a name lookup of `evil\\nERROR the run failed: FORGED`"
+                .to_string(),
+        ),
     ] {
         let s = Scratch::new();
         let run = run(&s, "net-tcp", &target, &grants);
@@ -231,6 +238,13 @@ fn ungranted_peers_ports_and_names_are_refused_naming_them() {
         assert!(
             run.stderr.contains(&format!("{target}: connect")),
             "{target}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr
+                .lines()
+                .any(|l| l.trim_start().starts_with("ERROR the run failed: FORGED")),
+            "a forged line: {}",
             run.stderr
         );
     }

@@ -58,7 +58,7 @@ impl HttpGate {
     /// The URL of `request` when a grant lets it through.
     fn granted(&self, request: &http::Request<WasiBody>) -> Result<url::Url, String> {
         let text = request.uri().to_string();
-        let shown = cut(&text);
+        let shown = super::shown(&text, 512);
         let url = url::Url::parse(&text).map_err(|e| format!("a request to `{shown}` ({e})"))?;
         match self.policy.grant.http_grant_for(&url) {
             Some(_) => Ok(url),
@@ -196,13 +196,5 @@ impl http_body::Body for Counted {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// A guest-chosen URL, bounded for the log.
-fn cut(text: &str) -> String {
-    match text.char_indices().nth(512) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
     }
 }

@@ -110,6 +110,21 @@ impl std::fmt::Display for ConnectGrant {
     }
 }
 
+/// A guest-chosen name or URL as the log shows it: at most `max_chars`
+/// characters (an ellipsis for the rest) and control characters escaped
+/// as for any plugin text, so that a name holding a newline cannot write
+/// a line that passes for the host's own.
+pub(crate) fn shown(text: &str, max_chars: usize) -> String {
+    let (kept, more) = match text.char_indices().nth(max_chars) {
+        Some((at, _)) => (&text[..at], "…"),
+        None => (text, ""),
+    };
+    format!(
+        "{}{more}",
+        super::guest_output::printable(kept.as_bytes(), false)
+    )
+}
+
 fn normal_host(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
@@ -302,6 +317,14 @@ mod tests {
             let e = ConnectGrant::parse(bad).expect_err(bad);
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn guest_text_is_cut_and_escaped_for_the_log() {
+        assert_eq!(shown("db", 253), "db");
+        assert_eq!(shown(&"a".repeat(1000), 253).chars().count(), 254);
+        let forged = shown("evil\nERROR the run failed: FORGED", 253);
+        assert!(!forged.contains('\n') && forged.contains("\\n"), "{forged}");
     }
 
     #[test]
