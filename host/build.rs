@@ -22,6 +22,7 @@ const PLUGINS: &[&str] = &[
     "kafka-sink",
     "http-sink",
     "http-source",
+    "postgres-sink",
     "test-step",
     "test-keyed-step",
     "source-v0-3",

@@ -1,6 +1,6 @@
 //! Network connectors against the ceiling they are bounded by, in the
 //! same run (`cargo bench --workspace --bench connectors`; `FV_BENCH_ROWS`
-//! sets the rows, default 2,000,000).
+//! sets the generator's events, default 2,000,000, of which 92 % are bids).
 //!
 //! `http-sink`: Nexmark bids from `generator` → `http-sink` (JSON lines,
 //! checkpoints every second, epochs spooled to a file, one task) into a loopback receiver that reads
@@ -9,10 +9,20 @@
 //! many requests of the same size, and against `file-sink` writing the
 //! same JSON lines to local files (the encoding's share). Prints rows/s
 //! (wall) and per CPU-second of the whole process for each, and the
-//! ratios. Figures are printed,
-//! never asserted.
+//! ratios.
+//!
+//! `postgres-sink`: the same bids into a PostgreSQL table (insert mode,
+//! one task, a server this bench starts with `initdb` when PostgreSQL is
+//! installed), against a plain native `COPY` of the same rows, encoded
+//! beforehand, over the same wire client, in as many COPYs as the sink
+//! committed epochs: the server's own ingest is the ceiling.
+//!
+//! Figures are printed, never asserted.
 
 mod common;
+#[allow(dead_code)]
+#[path = "../../tests/e2e/postgres_server.rs"]
+mod postgres_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -26,13 +36,16 @@ use common::{measure, run_topology};
 struct Received {
     requests: AtomicU64,
     bytes: AtomicU64,
+    /// Newlines: the rows of JSON lines bodies.
+    lines: AtomicU64,
 }
 
 impl Received {
-    fn take(&self) -> (u64, u64) {
+    fn take(&self) -> (u64, u64, u64) {
         (
             self.requests.swap(0, Ordering::SeqCst),
             self.bytes.swap(0, Ordering::SeqCst),
+            self.lines.swap(0, Ordering::SeqCst),
         )
     }
 }
@@ -80,6 +93,8 @@ fn serve(stream: TcpStream, received: &Received) {
         }
         received.requests.fetch_add(1, Ordering::SeqCst);
         received.bytes.fetch_add(length as u64, Ordering::SeqCst);
+        let lines = body.iter().filter(|b| **b == b'\n').count();
+        received.lines.fetch_add(lines as u64, Ordering::SeqCst);
         if writer
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .is_err()
@@ -122,7 +137,8 @@ config = {{ kind = "nexmark", stream = "bid", events = {rows} }}
 }
 
 fn main() {
-    let rows: usize = std::env::var("FV_BENCH_ROWS")
+    // Generator events; bids are 46 of every 50.
+    let events: usize = std::env::var("FV_BENCH_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000_000);
@@ -131,7 +147,7 @@ fn main() {
     let engine = common::engine();
     let dir = tempfile::tempdir().expect("dir");
     let text = bids_into(
-        rows,
+        events,
         &format!(
             r#"[sinks.post]
 input = "bids"
@@ -142,7 +158,8 @@ config = {{ url = "http://127.0.0.1:{port}/ingest", spool = "spool" }}"#
         ),
     );
     let (wall, cpu) = run_topology(&engine, dir.path(), &text);
-    let (requests, bytes) = received.take();
+    let (requests, bytes, lines) = received.take();
+    let rows = lines as usize;
     println!(
         "http-sink: {rows} bids in {:.2} s wall, {cpu:.2} CPU-s: {:.0} rows/s, {:.0} rows per CPU-s ({requests} requests, {:.1} MB of JSON lines)",
         wall.as_secs_f64(),
@@ -154,7 +171,7 @@ config = {{ url = "http://127.0.0.1:{port}/ingest", spool = "spool" }}"#
     // The same rows encoded the same way into files: what is encoding, and
     // what is HTTP.
     let files = bids_into(
-        rows,
+        events,
         r#"[sinks.out]
 input = "bids"
 plugin = "file-sink"
@@ -184,7 +201,7 @@ config = { path = "out", format = "jsonl" }"#,
                 .expect("POST");
         }
     });
-    let (plain_requests, plain_bytes) = received.take();
+    let (plain_requests, plain_bytes, _) = received.take();
     println!(
         "plain client loop (ureq, pre-encoded): {rows} bids in {:.2} s wall, {plain_cpu:.2} CPU-s: {:.0} rows/s, {:.0} rows per CPU-s ({plain_requests} requests, {:.1} MB)",
         plain_wall.as_secs_f64(),
@@ -198,5 +215,124 @@ config = { path = "out", format = "jsonl" }"#,
         plain_cpu / cpu,
         file_wall.as_secs_f64() / wall.as_secs_f64(),
         file_cpu / cpu
+    );
+    postgres(&engine, events);
+}
+
+/// The bids as COPY text (none of their values holds a tab, a newline
+/// or a backslash).
+fn bids_as_copy_text(rows: usize) -> Vec<u8> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut done = 0;
+    while done < rows {
+        let n = (rows - done).min(8192);
+        let batch = common::bids(n);
+        let options = FormatOptions::default();
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        for row in 0..n {
+            for (i, f) in formatters.iter().enumerate() {
+                if i > 0 {
+                    out.push('\t');
+                }
+                write!(out, "{}", f.value(row)).expect("format");
+            }
+            out.push('\n');
+        }
+        done += n;
+    }
+    out.into_bytes()
+}
+
+fn postgres(engine: &fvhost::plugin::PluginEngine, events: usize) {
+    if !std::path::Path::new("/usr/lib/postgresql").exists()
+        && std::env::var_os("FVHOST_PG_BIN").is_none()
+    {
+        println!("postgres-sink: skipped (PostgreSQL is not installed; tests/run installs it)");
+        return;
+    }
+    let pg = postgres_server::PostgresServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let text = bids_into(
+        events,
+        &format!(
+            r#"[sinks.db]
+input = "bids"
+plugin = "postgres-sink"
+allow_connect = ["{}"]
+config = {{ url = "{}", table = "bids", create_table = true }}"#,
+            pg.address(),
+            pg.url("fvtrust")
+        ),
+    );
+    let (wall, cpu) = run_topology(engine, dir.path(), &text);
+    // `events` counts every Nexmark event; bids are most of them.
+    let rows: usize = pg.psql("SELECT count(*) FROM bids")[0]
+        .parse()
+        .expect("count");
+    let epochs: usize = pg.psql("SELECT max(epoch) FROM fvhost_sink_epochs")[0]
+        .parse()
+        .unwrap_or(1);
+    println!(
+        "postgres-sink: {rows} bids in {:.2} s wall, {cpu:.2} CPU-s of fvhost: {:.0} rows/s, {:.0} rows per CPU-s (up to {epochs} epochs)",
+        wall.as_secs_f64(),
+        rows as f64 / wall.as_secs_f64(),
+        rows as f64 / cpu
+    );
+    pg.psql("TRUNCATE bids");
+    let body = bids_as_copy_text(rows);
+    let mut client = fv_postgres_wire::Client::connect(&fv_postgres_wire::ConnectConfig {
+        host: "127.0.0.1".into(),
+        port: pg.port,
+        user: "fvtrust".into(),
+        password: None,
+        database: "fv".into(),
+        application_name: "bench".into(),
+    })
+    .expect("connect");
+    let columns = common::bids(1)
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| fv_postgres_wire::quote_ident(f.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let parts = epochs.max(1);
+    let ((), plain_wall, plain_cpu) = measure(|| {
+        let mut start = 0;
+        for i in 1..=parts {
+            // Cut at row boundaries.
+            let mut end = body.len() * i / parts;
+            while end < body.len() && body[end - 1] != b'\n' {
+                end += 1;
+            }
+            client.simple_query("BEGIN").expect("BEGIN");
+            client
+                .copy_in(
+                    &format!("COPY bids ({columns}) FROM STDIN"),
+                    &body[start..end],
+                )
+                .expect("COPY");
+            client.simple_query("COMMIT").expect("COMMIT");
+            start = end;
+        }
+    });
+    let copied: usize = pg.psql("SELECT count(*) FROM bids")[0]
+        .parse()
+        .expect("count");
+    assert_eq!(copied, rows, "the plain COPY wrote every bid");
+    println!(
+        "plain COPY (native, pre-encoded, {parts} transactions): {:.2} s wall, {plain_cpu:.2} CPU-s of the client: {:.0} rows/s",
+        plain_wall.as_secs_f64(),
+        rows as f64 / plain_wall.as_secs_f64(),
+    );
+    println!(
+        "postgres-sink / plain COPY: {:.2}x rows/s (wall)",
+        plain_wall.as_secs_f64() / wall.as_secs_f64(),
     );
 }

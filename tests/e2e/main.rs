@@ -33,6 +33,8 @@ mod object_store;
 mod one_build;
 mod pipelines;
 mod poison;
+mod postgres_server;
+mod postgres_sink;
 mod projection;
 mod python;
 mod registry;

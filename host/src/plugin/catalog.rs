@@ -51,6 +51,10 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/http_source.wasm")),
     ),
     (
+        "postgres-sink",
+        include_bytes!(concat!(env!("OUT_DIR"), "/plugins/postgres_sink.wasm")),
+    ),
+    (
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),
