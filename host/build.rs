@@ -23,6 +23,7 @@ const PLUGINS: &[&str] = &[
     "http-sink",
     "http-source",
     "postgres-sink",
+    "postgres-cdc-source",
     "test-step",
     "test-keyed-step",
     "source-v0-3",

@@ -17,6 +17,12 @@
 //! beforehand, over the same wire client, in as many COPYs as the sink
 //! committed epochs: the server's own ingest is the ceiling.
 //!
+//! `postgres-cdc-source`: those bids inserted into a table (transactions
+//! of ~100,000 rows) read back from a replication slot into
+//! `blackhole-sink`, against a native loop reading a second slot of the
+//! same changes over the same wire client (decoding every message, not
+//! typing the values): the server's logical decoding is the ceiling.
+//!
 //! Figures are printed, never asserted.
 
 mod common;
@@ -28,6 +34,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use common::{measure, run_topology};
 
@@ -334,5 +341,97 @@ config = {{ url = "{}", table = "bids", create_table = true }}"#,
     println!(
         "postgres-sink / plain COPY: {:.2}x rows/s (wall)",
         plain_wall.as_secs_f64() / wall.as_secs_f64(),
+    );
+    postgres_cdc(engine, &pg, rows);
+}
+
+/// The bids inserted into a table in transactions of about 100,000 rows
+/// after two slots were made: `postgres-cdc-source` reads one into
+/// `blackhole-sink`; a native loop over the same wire client reads the
+/// other, decoding every pgoutput message and counting the inserts.
+fn postgres_cdc(
+    engine: &fvhost::plugin::PluginEngine,
+    pg: &postgres_server::PostgresServer,
+    rows: usize,
+) {
+    use fv_postgres_wire::pgoutput::{Message, parse};
+    use fv_postgres_wire::replication::{Lsn, ReplicationMessage};
+    pg.psql(
+        "CREATE TABLE cdc_bids (LIKE bids); ALTER TABLE cdc_bids ADD COLUMN id bigserial PRIMARY KEY; \
+         CREATE PUBLICATION fvbench FOR TABLE cdc_bids",
+    );
+    pg.psql("SELECT pg_create_logical_replication_slot('fv_bench_host', 'pgoutput')");
+    pg.psql("SELECT pg_create_logical_replication_slot('fv_bench_native', 'pgoutput')");
+    let parts = rows.div_ceil(100_000).max(1);
+    for i in 0..parts {
+        pg.psql(&format!(
+            "INSERT INTO cdc_bids SELECT * FROM bids WHERE bidder % {parts} = {i}"
+        ));
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let text = format!(
+        r#"
+name = "bench"
+[checkpoint]
+interval = "1s"
+[sources.changes]
+plugin = "postgres-cdc-source"
+allow_connect = ["{}"]
+config = {{ url = "{}", table = "cdc_bids", slot = "fv_bench_host", publication = "fvbench", stop_at_end = true }}
+[sinks.out]
+input = "changes"
+plugin = "blackhole-sink"
+"#,
+        pg.address(),
+        pg.url("fvtrust")
+    );
+    let (wall, cpu) = run_topology(engine, dir.path(), &text);
+    println!(
+        "postgres-cdc-source: {rows} inserts in {parts} transactions in {:.2} s wall, {cpu:.2} CPU-s of fvhost: {:.0} rows/s, {:.0} rows per CPU-s",
+        wall.as_secs_f64(),
+        rows as f64 / wall.as_secs_f64(),
+        rows as f64 / cpu
+    );
+    let client = fv_postgres_wire::Client::connect_with(
+        &fv_postgres_wire::ConnectConfig {
+            host: "127.0.0.1".into(),
+            port: pg.port,
+            user: "fvtrust".into(),
+            password: None,
+            database: "fv".into(),
+            application_name: "bench".into(),
+        },
+        &[("replication", "database")],
+    )
+    .expect("connect");
+    let (inserts, native_wall, native_cpu) = measure(|| {
+        let mut stream = client
+            .start_replication(
+                "fv_bench_native",
+                Lsn(0),
+                "(\"proto_version\" '1', \"publication_names\" 'fvbench')",
+                Duration::from_millis(200),
+            )
+            .expect("START_REPLICATION");
+        let mut inserts = 0;
+        while inserts < rows {
+            if let Some(ReplicationMessage::XLogData { data, .. }) =
+                stream.receive().expect("stream")
+                && let Message::Insert { new, .. } = parse(data).expect("pgoutput")
+            {
+                std::hint::black_box(new);
+                inserts += 1;
+            }
+        }
+        inserts
+    });
+    println!(
+        "native pgoutput loop (the same wire client, decoded, not typed): {inserts} inserts in {:.2} s wall, {native_cpu:.2} CPU-s: {:.0} rows/s",
+        native_wall.as_secs_f64(),
+        inserts as f64 / native_wall.as_secs_f64(),
+    );
+    println!(
+        "postgres-cdc-source / native loop: {:.2}x rows/s (wall)",
+        native_wall.as_secs_f64() / wall.as_secs_f64(),
     );
 }

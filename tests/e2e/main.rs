@@ -33,6 +33,7 @@ mod object_store;
 mod one_build;
 mod pipelines;
 mod poison;
+mod postgres_cdc;
 mod postgres_server;
 mod postgres_sink;
 mod projection;

@@ -55,6 +55,13 @@ pub const FIRST_PARTY: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/postgres_sink.wasm")),
     ),
     (
+        "postgres-cdc-source",
+        include_bytes!(concat!(
+            env!("OUT_DIR"),
+            "/plugins/postgres_cdc_source.wasm"
+        )),
+    ),
+    (
         "pii-redactor",
         include_bytes!(concat!(env!("OUT_DIR"), "/plugins/pii_redactor.wasm")),
     ),

@@ -41,7 +41,9 @@ use std::hash::BuildHasher;
 use fv_plugin_sdk::arrow_array::RecordBatch;
 use fv_plugin_sdk::arrow_schema::SchemaRef;
 use fv_plugin_sdk::{ConfigError, Sink, TaskContext, log};
-use fv_postgres_wire::{Client, ConnectConfig, Error as PgError, quote_ident, quote_literal};
+use fv_postgres_wire::{
+    Client, ConnectConfig, Error as PgError, parse_url, quote_ident, quote_literal,
+};
 
 /// The sink's `config` table.
 #[derive(serde::Deserialize)]
@@ -89,70 +91,6 @@ fn five() -> u32 {
 }
 fn two_hundred() -> u64 {
     200
-}
-
-/// Where the sink connects: the parts of a `postgres://` URL.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
-    user: String,
-    host: String,
-    port: u16,
-    database: String,
-}
-
-/// Parse `postgres://user@host[:port][/database]`; a password in the URL
-/// is refused, since the topology text is no place for it.
-fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-        .ok_or_else(|| format!("`{url}` is not a postgres:// URL"))?;
-    if rest.contains('?') || rest.contains('#') {
-        return Err("URL parameters are not supported; use the sink's own keys".into());
-    }
-    let (authority, database) = match rest.split_once('/') {
-        Some((a, d)) => (a, d),
-        None => (rest, ""),
-    };
-    let (user, hostport) = authority
-        .rsplit_once('@')
-        .ok_or_else(|| format!("`{url}` names no user (postgres://user@host:port/database)"))?;
-    if user.contains(':') {
-        return Err(
-            "the URL holds a password: put it in an environment variable granted with allow_env and name it in password_env"
-                .into(),
-        );
-    }
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, p) = v6
-            .split_once(']')
-            .ok_or_else(|| format!("`{hostport}`: an unclosed IPv6 bracket"))?;
-        (h, p.strip_prefix(':'))
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        }
-    };
-    let port = match port {
-        None | Some("") => 5432,
-        Some(p) => p
-            .parse()
-            .map_err(|_| format!("`{p}` is not a port number"))?,
-    };
-    if host.is_empty() || user.is_empty() {
-        return Err(format!("`{url}` needs a user and a host"));
-    }
-    Ok(Target {
-        user: user.to_string(),
-        host: host.to_string(),
-        port,
-        database: if database.is_empty() {
-            user.to_string()
-        } else {
-            database.to_string()
-        },
-    })
 }
 
 /// How rows are applied.
@@ -590,15 +528,8 @@ impl Sink for PostgresSink {
 
     fn open(config: Config, input: SchemaRef, task: &TaskContext) -> Result<Self, ConfigError> {
         let target = parse_url(&config.url).map_err(|e| ConfigError::at("url", e))?;
-        let password = match &config.password_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                ConfigError::at(
-                    "password_env",
-                    format!("environment variable `{var}` is not set, or not granted with allow_env = [\"{var}\"]"),
-                )
-            })?),
-        };
+        let password = fv_postgres_wire::password_from_env(config.password_env.as_deref())
+            .map_err(|e| ConfigError::at("password_env", e))?;
         let table = fv_postgres_wire::quote_table(&config.table)
             .map_err(|e| ConfigError::at("table", e))?;
         let epochs_parts = fv_postgres_wire::table_parts(&config.epochs_table)
@@ -811,34 +742,6 @@ fv_plugin_sdk::export_sink!(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_name_user_host_port_and_database_and_never_a_password() {
-        assert_eq!(
-            parse_url("postgres://fv@127.0.0.1:5433/app"),
-            Ok(Target {
-                user: "fv".into(),
-                host: "127.0.0.1".into(),
-                port: 5433,
-                database: "app".into()
-            })
-        );
-        let t = parse_url("postgresql://fv@[::1]").expect("parses");
-        assert_eq!(
-            (t.host.as_str(), t.port, t.database.as_str()),
-            ("::1", 5432, "fv")
-        );
-        let e = parse_url("postgres://fv:secret@db/app").expect_err("a password");
-        assert!(e.contains("password_env") && !e.contains("secret"), "{e}");
-        for bad in [
-            "http://fv@db",
-            "postgres://db/app",
-            "postgres://fv@db:x/app",
-            "postgres://fv@db/app?sslmode=require",
-        ] {
-            assert!(parse_url(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn a_handle_carries_the_history_and_a_stage_the_sink_could_have_made() {

@@ -65,6 +65,34 @@ impl std::fmt::Display for ServerError {
     }
 }
 
+pub mod pgoutput;
+pub mod replication;
+
+impl ServerError {
+    /// An error with no field set yet.
+    fn empty() -> ServerError {
+        ServerError {
+            severity: String::new(),
+            code: String::new(),
+            message: String::new(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// Set the field an `ErrorResponse` tags `field` (others are ignored).
+    fn set(&mut self, field: u8, value: String) {
+        match field {
+            b'S' => self.severity = value,
+            b'C' => self.code = value,
+            b'M' => self.message = value,
+            b'D' => self.detail = Some(value),
+            b'H' => self.hint = Some(value),
+            _ => {}
+        }
+    }
+}
+
 /// What can go wrong talking to the server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -151,6 +179,12 @@ pub struct Client {
 impl Client {
     /// Connect and authenticate.
     pub fn connect(config: &ConnectConfig) -> Result<Client, Error> {
+        Self::connect_with(config, &[])
+    }
+
+    /// Connect with more startup parameters (`("replication",
+    /// "database")` for a logical replication session).
+    pub fn connect_with(config: &ConnectConfig, extra: &[(&str, &str)]) -> Result<Client, Error> {
         let stream = TcpStream::connect((config.host.as_str(), config.port)).map_err(|source| {
             Error::Io {
                 context: "connecting",
@@ -164,12 +198,13 @@ impl Client {
             write: BytesMut::with_capacity(64 << 10),
             parameters: Vec::new(),
         };
-        let params = [
+        let mut params = vec![
             ("user", config.user.as_str()),
             ("database", config.database.as_str()),
             ("application_name", config.application_name.as_str()),
             ("client_encoding", "UTF8"),
         ];
+        params.extend_from_slice(extra);
         frontend::startup_message(params, &mut client.write).map_err(|source| Error::Io {
             context: "encoding the startup message",
             source,
@@ -412,12 +447,74 @@ impl Client {
         let _ = self.flush("terminating");
     }
 
-    fn flush(&mut self, context: &'static str) -> Result<(), Error> {
+    pub(crate) fn flush(&mut self, context: &'static str) -> Result<(), Error> {
         self.stream
             .write_all(&self.write)
             .map_err(|source| Error::Io { context, source })?;
         self.write.clear();
         Ok(())
+    }
+
+    /// The next message as its tag and body, for messages
+    /// `postgres-protocol` does not parse (`CopyBothResponse`); `None` when
+    /// none is complete and a read timed out.
+    pub(crate) fn receive_frame(&mut self) -> Result<Option<(u8, bytes::Bytes)>, Error> {
+        loop {
+            if self.read.len() >= 5 {
+                let claimed = (&self.read[1..5]).get_u32() as usize;
+                if !(4..=MAX_MESSAGE).contains(&claimed) {
+                    return Err(Error::Protocol(format!(
+                        "a message of {claimed} bytes (at most {MAX_MESSAGE})"
+                    )));
+                }
+                if self.read.len() > claimed {
+                    let tag = self.read[0];
+                    let mut frame = self.read.split_to(claimed + 1);
+                    frame.advance(5);
+                    return Ok(Some((tag, frame.freeze())));
+                }
+            }
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Read what the socket has; `false` when a read timeout passed.
+    fn fill(&mut self) -> Result<bool, Error> {
+        let mut chunk = [0u8; 64 << 10];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Err(Error::Io {
+                context: "reading from the server",
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            }),
+            Ok(n) => {
+                self.read.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(Error::Io {
+                context: "reading from the server",
+                source,
+            }),
+        }
+    }
+
+    /// Bound every read (`None`: block).
+    pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> Result<(), Error> {
+        self.stream
+            .set_read_timeout(timeout)
+            .map_err(|source| Error::Io {
+                context: "setting a read timeout",
+                source,
+            })
     }
 
     /// The next message from the server.
@@ -473,24 +570,13 @@ fn unexpected(message: &backend::Message, when: &str) -> Error {
 }
 
 fn server_error(body: backend::ErrorResponseBody) -> ServerError {
-    let mut e = ServerError {
-        severity: String::new(),
-        code: String::new(),
-        message: String::new(),
-        detail: None,
-        hint: None,
-    };
+    let mut e = ServerError::empty();
     let mut fields = body.fields();
     while let Ok(Some(field)) = fields.next() {
-        let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
-        match field.type_() {
-            b'S' => e.severity = value,
-            b'C' => e.code = value,
-            b'M' => e.message = value,
-            b'D' => e.detail = Some(value),
-            b'H' => e.hint = Some(value),
-            _ => {}
-        }
+        e.set(
+            field.type_(),
+            String::from_utf8_lossy(field.value_bytes()).into_owned(),
+        );
     }
     e
 }
@@ -559,6 +645,85 @@ pub fn table_parts(name: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// Where a client connects: the parts of a `postgres://` URL.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The role.
+    pub user: String,
+    /// Host name or address.
+    pub host: String,
+    /// Port (5432 when absent).
+    pub port: u16,
+    /// Database (the role's name when absent).
+    pub database: String,
+}
+
+/// Parse `postgres://user@host[:port][/database]`; a password in the URL
+/// is refused, since the topology text is no place for it.
+pub fn parse_url(url: &str) -> Result<Target, String> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+        .ok_or_else(|| format!("`{url}` is not a postgres:// URL"))?;
+    if rest.contains('?') || rest.contains('#') {
+        return Err("URL parameters are not supported; use the sink's own keys".into());
+    }
+    let (authority, database) = match rest.split_once('/') {
+        Some((a, d)) => (a, d),
+        None => (rest, ""),
+    };
+    let (user, hostport) = authority
+        .rsplit_once('@')
+        .ok_or_else(|| format!("`{url}` names no user (postgres://user@host:port/database)"))?;
+    if user.contains(':') {
+        return Err(
+            "the URL holds a password: put it in an environment variable granted with allow_env and name it in password_env"
+                .into(),
+        );
+    }
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, p) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("`{hostport}`: an unclosed IPv6 bracket"))?;
+        (h, p.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    let port = match port {
+        None | Some("") => 5432,
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("`{p}` is not a port number"))?,
+    };
+    if host.is_empty() || user.is_empty() {
+        return Err(format!("`{url}` needs a user and a host"));
+    }
+    Ok(Target {
+        user: user.to_string(),
+        host: host.to_string(),
+        port,
+        database: if database.is_empty() {
+            user.to_string()
+        } else {
+            database.to_string()
+        },
+    })
+}
+
+/// The password in environment variable `var` (when one is named), or
+/// an error saying it is not set or not granted.
+pub fn password_from_env(var: Option<&str>) -> Result<Option<String>, String> {
+    match var {
+        None => Ok(None),
+        Some(var) => std::env::var(var).map(Some).map_err(|_| {
+            format!("environment variable `{var}` is not set, or not granted with allow_env = [\"{var}\"]")
+        }),
+    }
+}
+
 /// `value` as a SQL string literal (standard_conforming_strings on, the
 /// default since PostgreSQL 9.1).
 pub fn quote_literal(value: &str) -> String {
@@ -601,6 +766,34 @@ mod tests {
         });
         assert!(!syntax.is_connection_lost());
         assert_eq!(syntax.code(), Some("42601"));
+    }
+
+    #[test]
+    fn urls_name_user_host_port_and_database_and_never_a_password() {
+        assert_eq!(
+            parse_url("postgres://fv@127.0.0.1:5433/app"),
+            Ok(Target {
+                user: "fv".into(),
+                host: "127.0.0.1".into(),
+                port: 5433,
+                database: "app".into()
+            })
+        );
+        let t = parse_url("postgresql://fv@[::1]").expect("parses");
+        assert_eq!(
+            (t.host.as_str(), t.port, t.database.as_str()),
+            ("::1", 5432, "fv")
+        );
+        let e = parse_url("postgres://fv:secret@db/app").expect_err("a password");
+        assert!(e.contains("password_env") && !e.contains("secret"), "{e}");
+        for bad in [
+            "http://fv@db",
+            "postgres://db/app",
+            "postgres://fv@db:x/app",
+            "postgres://fv@db/app?sslmode=require",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
