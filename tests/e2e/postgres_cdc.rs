@@ -165,6 +165,29 @@ fn a_server_restart_mid_stream_is_survived() {
 }
 
 #[test]
+fn a_transaction_larger_than_the_plugin_memory_streams_through() {
+    let pg = PostgresServer::start();
+    source_table(&pg);
+    let s = Scratch::new();
+    // The source's rows of one transaction would need ~80 MB held at once.
+    let text = topology(&pg, ", stop_at_end = true").replacen(
+        "allow_connect",
+        "memory_limit = \"48MiB\"\nallow_connect",
+        1,
+    );
+    s.write("drain.toml", &text);
+    assert_exit(&s.fvhost(&["run", "drain.toml", "--no-progress"]), 0);
+    pg.psql("INSERT INTO src SELECT g, 'name ' || g, g FROM generate_series(1, 400000) g");
+    let run = s.fvhost(&["run", "drain.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let summary = "SELECT count(*), sum(bal), count(DISTINCT name)";
+    assert_eq!(
+        pg.psql(&format!("{summary} FROM dst")),
+        ["400000|80000200000|400000"]
+    );
+}
+
+#[test]
 fn what_is_not_there_or_not_granted_is_refused_by_name() {
     let pg = PostgresServer::start();
     let s = Scratch::new();

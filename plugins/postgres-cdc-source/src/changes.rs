@@ -1,11 +1,12 @@
 //! From pgoutput messages to changelog rows with exact positions.
 //!
-//! [`ChangeLog`] owns the transaction being received, the rows of
-//! committed transactions not yet handed on, and the [`Position`] after
-//! each of them. A transaction's rows are handed on only once its commit
-//! arrives (its end LSN names it), so a position is always "every
-//! transaction up to `done`, and the first `rows` rows of the one ending
-//! at `partial`". It must never hand on a row a restored position covers.
+//! [`ChangeLog`] owns the rows received and not yet handed on, and the
+//! [`Position`] after each of them. pgoutput (protocol 1) sends a
+//! transaction only once it has committed, and its `Begin` names the LSN
+//! of its commit record, so rows are handed on as they arrive, whatever
+//! the transaction's size, and a position is always "every transaction
+//! ending by `done`, and the first `rows` rows of the one committing at
+//! `partial`". It must never hand on a row a restored position covers.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,7 +25,8 @@ pub const DELETE: &str = "delete";
 pub struct Position {
     /// Every transaction ending at or before this LSN is handed on.
     pub done: Lsn,
-    /// And the first `rows` rows of the transaction ending here.
+    /// And the first `rows` rows of the transaction whose commit record
+    /// is at this LSN.
     pub partial: Option<(Lsn, u64)>,
 }
 
@@ -86,17 +88,24 @@ pub struct TableShape {
 /// Where each output column is in a relation's tuples.
 type ColumnMap = Vec<Option<usize>>;
 
-/// A row change of the open transaction: its op and values.
-type Change = (&'static str, Vec<Option<String>>);
+/// The transaction being received.
+struct Transaction {
+    /// Its commit record's LSN.
+    commit: Lsn,
+    /// Its rows received so far.
+    seen: u64,
+    /// How many of its first rows a restored position covers.
+    skip: u64,
+}
 
 /// Transactions in, rows with positions out.
 pub struct ChangeLog {
     table: TableShape,
     /// Relations of the table, by OID, mapped onto the output columns.
     relations: HashMap<u32, ColumnMap>,
-    /// The open transaction's rows (op, values).
-    open: Option<Vec<Change>>,
-    /// Rows of committed transactions not yet handed on.
+    /// The transaction being received.
+    open: Option<Transaction>,
+    /// Rows received and not yet handed on.
     ready: VecDeque<Row>,
     /// The position after the last row queued (or restored).
     queued: Position,
@@ -141,7 +150,19 @@ impl ChangeLog {
     /// Feed one message.
     pub fn apply(&mut self, message: Message) -> Result<(), String> {
         match message {
-            Message::Begin { .. } => self.open = Some(Vec::new()),
+            Message::Begin { final_lsn, .. } => {
+                // A transaction committing before `done` ends before it.
+                let skip = match self.queued.partial {
+                    _ if final_lsn < self.queued.done => u64::MAX,
+                    Some((commit, rows)) if commit == final_lsn => rows,
+                    _ => 0,
+                };
+                self.open = Some(Transaction {
+                    commit: final_lsn,
+                    seen: 0,
+                    skip,
+                });
+            }
             Message::Relation(r) => self.relation(r),
             Message::Insert { relation, new } => {
                 if let Some(map) = self.relations.get(&relation) {
@@ -245,41 +266,28 @@ impl ChangeLog {
             .open
             .as_mut()
             .ok_or("a row change outside a transaction")?;
-        open.push((op, values));
+        open.seen += 1;
+        if open.seen <= open.skip {
+            return Ok(());
+        }
+        let after = Position {
+            done: self.queued.done,
+            partial: Some((open.commit, open.seen)),
+        };
+        self.ready.push_back(Row { op, values, after });
+        self.queued = after;
         Ok(())
     }
 
-    /// The open transaction committed at `end`: queue its rows, less
-    /// those a restored position covers.
+    /// The open transaction ended at `end`.
     fn commit(&mut self, end: Lsn) -> Result<(), String> {
-        let rows = self.open.take().ok_or("a commit outside a transaction")?;
-        if end <= self.queued.done {
-            return Ok(());
-        }
-        let skip = match self.queued.partial {
-            Some((partial, n)) if partial == end => n,
-            _ => 0,
-        };
-        let total = rows.len() as u64;
-        for (i, (op, values)) in rows.into_iter().enumerate().skip(skip as usize) {
-            let emitted = i as u64 + 1;
-            let after = if emitted == total {
-                Position {
-                    done: end,
-                    partial: None,
-                }
-            } else {
-                Position {
-                    done: self.queued.done,
-                    partial: Some((end, emitted)),
-                }
+        let open = self.open.take().ok_or("a commit outside a transaction")?;
+        if open.skip != u64::MAX {
+            self.queued = Position {
+                done: end,
+                partial: None,
             };
-            self.ready.push_back(Row { op, values, after });
         }
-        self.queued = Position {
-            done: end,
-            partial: None,
-        };
         Ok(())
     }
 
@@ -345,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_come_at_commit_with_the_position_after_each() {
+    fn rows_come_as_received_with_the_position_after_each() {
         let mut log = log(Position::default());
         log.apply(Message::Begin {
             final_lsn: Lsn(99),
@@ -357,7 +365,11 @@ mod tests {
             new: vec![text("a"), text("1")],
         })
         .expect("insert");
-        assert_eq!(log.ready(), 0, "nothing before the commit");
+        assert_eq!(
+            log.ready(),
+            1,
+            "a committed transaction's row, before its end"
+        );
         log.apply(Message::Commit {
             commit_lsn: Lsn(99),
             end_lsn: Lsn(100),
@@ -371,23 +383,19 @@ mod tests {
             .collect();
         assert_eq!(values, ["1", "2", "3"]);
         assert_eq!(rows[1].values[1].as_deref(), Some("x"));
+        let position = |done, partial| Position {
+            done: Lsn(done),
+            partial,
+        };
         assert_eq!(
             rows.iter().map(|r| r.after).collect::<Vec<_>>(),
             [
-                Position {
-                    done: Lsn(100),
-                    partial: None
-                },
-                Position {
-                    done: Lsn(100),
-                    partial: Some((Lsn(200), 1))
-                },
-                Position {
-                    done: Lsn(200),
-                    partial: None
-                },
+                position(0, Some((Lsn(99), 1))),
+                position(100, Some((Lsn(199), 1))),
+                position(100, Some((Lsn(199), 2))),
             ]
         );
+        assert_eq!(log.queued(), position(200, None));
         for r in &rows {
             assert_eq!(Position::decode(&r.after.encode()), Ok(r.after));
         }
@@ -395,10 +403,10 @@ mod tests {
 
     #[test]
     fn a_restored_position_skips_what_it_covers() {
-        // Resumed in the middle of the transaction ending at 200.
+        // Resumed in the middle of the transaction committing at 199.
         let mut log = log(Position {
             done: Lsn(100),
-            partial: Some((Lsn(200), 1)),
+            partial: Some((Lsn(199), 1)),
         });
         transaction(&mut log, 100, &["1"]);
         transaction(&mut log, 200, &["2", "3"]);
@@ -409,6 +417,13 @@ mod tests {
             .map(|r| r.values[0].clone().expect("an id"))
             .collect();
         assert_eq!(ids, ["3", "4"]);
+        // A transaction entirely before the position moves nothing back.
+        let mut log = super::tests::log(Position {
+            done: Lsn(300),
+            partial: None,
+        });
+        transaction(&mut log, 200, &["2"]);
+        assert_eq!((log.ready(), log.queued().done), (0, Lsn(300)));
     }
 
     #[test]

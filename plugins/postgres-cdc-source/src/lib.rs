@@ -7,10 +7,11 @@
 //! row). Downstream, `postgres-sink` with `mode = "upsert"`, `key` and
 //! `op_column` applies it as such.
 //!
-//! **Positions.** A transaction's rows are handed on once its commit is
-//! received; the checkpoint keeps the end LSN of the last transaction
-//! handed on whole and how many rows of the next one were (see
-//! [`changes::Position`]). Only once an epoch commits does the source
+//! **Positions.** The server sends a transaction once it has committed,
+//! and rows are handed on as they arrive, so a transaction of any size
+//! streams through bounded memory; the checkpoint keeps the end LSN of the
+//! last transaction handed on whole and how many rows of the next one were
+//! (see [`changes::Position`]). Only once an epoch commits does the source
 //! tell the server (a standby status update) that the WAL up to it is
 //! consumed, so the slot keeps everything a restart may need and a
 //! restart resumes from the checkpoint's LSN, skipping what it covers.
