@@ -25,7 +25,7 @@ pub struct PostgresServer {
 
 /// The directory of `initdb`, `pg_ctl` and `postgres`: `FVHOST_PG_BIN`, or
 /// the newest `/usr/lib/postgresql/<version>/bin`.
-fn bin_dir() -> PathBuf {
+pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("FVHOST_PG_BIN") {
         return PathBuf::from(dir);
     }

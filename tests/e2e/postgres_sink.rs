@@ -286,3 +286,40 @@ fn what_is_not_granted_or_does_not_fit_is_refused_by_name() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_crash_before_commit_is_replayed_and_a_stage_changed_meanwhile_refused() {
+    let pg = PostgresServer::start();
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &topology(2000, 1000, &pg.url("fvtrust"), &pg.address(), "", ""),
+    );
+    let args = ["run", "t.toml", "--no-progress"];
+    // Dies once epoch 3's checkpoint is durable, before its commit.
+    let crashed = s.fvhost_env(&args, &[("FVHOST_CRASH_AT", "sink-commit:3")]);
+    assert_ne!(crashed.code, 0, "{}", crashed.stderr);
+    let staged = stages(&pg);
+    assert!(!staged.is_empty(), "epoch 3 waits in its stage");
+    let stage = &staged[0];
+    // A row taken out of the stage: the replay refuses it, naming it.
+    pg.psql(&format!(
+        "CREATE TABLE saved AS SELECT * FROM {stage} WHERE seq = (SELECT min(seq) FROM {stage}); \
+         DELETE FROM {stage} WHERE seq = (SELECT seq FROM saved)"
+    ));
+    let refused = s.fvhost(&args);
+    assert_ne!(refused.code, 0, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(stage.as_str()) && refused.stderr.contains("rows where"),
+        "{}",
+        refused.stderr
+    );
+    // Put back, the replay commits it and the run goes on: every row once.
+    pg.psql(&format!(
+        "INSERT INTO {stage} SELECT * FROM saved; DROP TABLE saved"
+    ));
+    let last = s.fvhost(&args);
+    assert_exit(&last, 0);
+    assert_eq!(counts(&pg, "nums"), (2000, 2000));
+    assert_eq!(stages(&pg), Vec::<String>::new());
+}

@@ -3,9 +3,10 @@
 //! protocol of [`fv_postgres_wire`].
 //!
 //! **Exactly-once.** The rows of an epoch are encoded (COPY text) as they
-//! arrive and copied, a few MiB at a time, into the epoch's *stage*: an
-//! unlogged table of the server (`fvstage_…`, beside the progress table)
-//! that no reader looks at. `prepare` hands the host only the stage's
+//! arrive and copied, a few MiB at a time, into the epoch's *stage*: a
+//! table of the server (`fvstage_…`, beside the progress table) that no
+//! reader looks at. It is a logged table: an unlogged one is emptied by a
+//! server crash, and would lose an epoch whose checkpoint is durable. `prepare` hands the host only the stage's
 //! name, so neither the plugin nor the checkpoint holds an epoch's rows.
 //! `commit`, once the checkpoint naming the stage is durable, moves the
 //! stage into the table in one transaction that also drops the stage and
@@ -143,21 +144,28 @@ pub struct PostgresSink {
 const FLUSH_BYTES: usize = 4 << 20;
 
 /// What `prepare` hands the host: a magic line, the history, then the
-/// epoch's stage (`-` for an epoch without rows).
+/// epoch's stage and the rows copied into it (`-` for an epoch without
+/// rows).
 const HANDLE_MAGIC: &[u8] = b"fv-postgres-sink/2\n";
 
-fn encode_handle(history: &str, stage: Option<&str>) -> Vec<u8> {
+/// An epoch's stage: its table and the rows copied into it.
+type Stage = (String, u64);
+
+fn encode_handle(history: &str, stage: Option<(&str, u64)>) -> Vec<u8> {
+    let stage = match stage {
+        Some((name, rows)) => format!("{name} {rows}"),
+        None => "-".into(),
+    };
     format!(
-        "{}{history}\n{}",
-        String::from_utf8_lossy(HANDLE_MAGIC),
-        stage.unwrap_or("-")
+        "{}{history}\n{stage}",
+        String::from_utf8_lossy(HANDLE_MAGIC)
     )
     .into_bytes()
 }
 
 /// The history and the stage of a handle; a stage name is checked to be
 /// one this sink makes, since the server will be asked to drop it.
-fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, Option<String>), String> {
+fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, Option<Stage>), String> {
     let bad = || format!("the checkpoint's handle of epoch {epoch} is not a postgres-sink handle");
     let rest = handle.strip_prefix(HANDLE_MAGIC).ok_or_else(bad)?;
     let rest = std::str::from_utf8(rest).map_err(|_| bad())?;
@@ -165,9 +173,11 @@ fn decode_handle(handle: &[u8], epoch: u64) -> Result<(String, Option<String>), 
     if history.is_empty() || !history.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
-    let stage = match stage {
-        "-" => None,
-        name if is_stage_name(name) => Some(name.to_string()),
+    let stage = match stage.split_once(' ') {
+        None if stage == "-" => None,
+        Some((name, rows)) if is_stage_name(name) => {
+            Some((name.to_string(), rows.parse().map_err(|_| bad())?))
+        }
         _ => return Err(bad()),
     };
     Ok((history.to_string(), stage))
@@ -284,7 +294,7 @@ impl PostgresSink {
             ),
         };
         let create = format!(
-            "BEGIN; CREATE UNLOGGED TABLE IF NOT EXISTS {stage} AS SELECT {columns} FROM {} WITH NO DATA{extra}; COMMIT",
+            "BEGIN; CREATE TABLE IF NOT EXISTS {stage} AS SELECT {columns} FROM {} WITH NO DATA{extra}; COMMIT",
             self.table
         );
         let copy = format!("COPY {stage} ({copy_columns}) FROM STDIN");
@@ -371,9 +381,15 @@ impl PostgresSink {
         Ok(())
     }
 
-    /// Move an epoch's stage into the table in one transaction that drops
-    /// the stage and records the epoch; `false` when it was recorded before.
-    fn write_epoch(&mut self, epoch: u64, history: &str, stage: &str) -> Result<bool, PgError> {
+    /// Move an epoch's stage (`rows` rows) into the table in one
+    /// transaction that drops the stage and records the epoch; `false` when
+    /// it was recorded before.
+    fn write_epoch(
+        &mut self,
+        epoch: u64,
+        history: &str,
+        (stage, rows): (&str, u64),
+    ) -> Result<bool, PgError> {
         let key = quote_literal(&self.progress_key);
         let hist = quote_literal(history);
         let epochs = self.epochs_table.clone();
@@ -395,6 +411,26 @@ impl PostgresSink {
             self.client()?
                 .simple_query(&format!("ROLLBACK; DROP TABLE IF EXISTS {stage}"))?;
             return Ok(false);
+        }
+        // A stage that lost rows is refused, never moved short.
+        let held = self
+            .client()?
+            .simple_query(&format!("SELECT count(*) FROM {stage}"))
+            .map_err(|e| match e.code() {
+                Some("42P01") => PgError::Protocol(format!(
+                    "the stage {stage} of epoch {epoch} is gone (dropped outside fvhost?): {e}"
+                )),
+                _ => e,
+            })?
+            .last()
+            .and_then(|r| r.rows.first())
+            .and_then(|row| row.first().cloned().flatten())
+            .and_then(|v| v.parse::<u64>().ok());
+        if held != Some(rows) {
+            return Err(PgError::Protocol(format!(
+                "the stage {stage} of epoch {epoch} holds {} rows where {rows} were copied: it was changed outside fvhost",
+                held.map_or("an unknown number of".into(), |n| n.to_string())
+            )));
         }
         let columns = self.column_names.join(", ");
         let table = self.table.clone();
@@ -432,13 +468,8 @@ impl PostgresSink {
                 )
             }
         };
-        match self.client()?.simple_query(&apply) {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("42P01") => Err(PgError::Protocol(format!(
-                "the stage {stage} of epoch {epoch} is gone (dropped by someone else?): {e}"
-            ))),
-            Err(e) => Err(e),
-        }
+        self.client()?.simple_query(&apply)?;
+        Ok(true)
     }
 
     /// Roll back whatever the connection holds open, or drop it.
@@ -676,11 +707,14 @@ impl Sink for PostgresSink {
                 log::debug(&format!("prepared epoch {epoch}: {rows} rows in {name}"));
                 self.prepared.insert(epoch, name.clone());
                 self.stage_seq += 1;
-                Some(name)
+                Some((name, rows))
             }
             None => None,
         };
-        Ok(encode_handle(&history, stage.as_deref()))
+        Ok(encode_handle(
+            &history,
+            stage.as_ref().map(|(n, r)| (n.as_str(), *r)),
+        ))
     }
 
     fn commit(&mut self, epoch: u64, handle: Vec<u8>) -> Result<(), String> {
@@ -698,7 +732,9 @@ impl Sink for PostgresSink {
             return Ok(());
         };
         let what = format!("epoch {epoch} not written");
-        let written = self.with_retries(&what, |sink| sink.write_epoch(epoch, &history, &stage))?;
+        let written = self.with_retries(&what, |sink| {
+            sink.write_epoch(epoch, &history, (&stage.0, stage.1))
+        })?;
         if !written {
             log::info(&format!(
                 "epoch {epoch} is already in {} (a replayed commit): skipped",
@@ -745,10 +781,10 @@ mod tests {
 
     #[test]
     fn a_handle_carries_the_history_and_a_stage_the_sink_could_have_made() {
-        let h = encode_handle("00ff", Some("fvstage_0a_1b_7"));
+        let h = encode_handle("00ff", Some(("fvstage_0a_1b_7", 12)));
         assert_eq!(
             decode_handle(&h, 3),
-            Ok(("00ff".into(), Some("fvstage_0a_1b_7".into())))
+            Ok(("00ff".into(), Some(("fvstage_0a_1b_7".into(), 12))))
         );
         let h = encode_handle("00ff", None);
         assert_eq!(decode_handle(&h, 3), Ok(("00ff".into(), None)));
@@ -756,9 +792,11 @@ mod tests {
             &b"nope"[..],
             b"fv-postgres-sink/2\nxyz\n-",
             b"fv-postgres-sink/2\n",
-            b"fv-postgres-sink/2\n00ff\nusers",
-            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_7; DROP TABLE users",
-            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_",
+            b"fv-postgres-sink/2\n00ff\nusers 1",
+            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_7; DROP TABLE users 1",
+            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_ 1",
+            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_7",
+            b"fv-postgres-sink/2\n00ff\nfvstage_0a_1b_7 -1",
             b"fv-postgres-sink/1\n00ff\n1\tu\n",
         ] {
             let e = decode_handle(bad, 3).expect_err("refused");
