@@ -29,6 +29,7 @@ mod keyed_step;
 mod network;
 mod nexmark;
 mod nexmark_oracle;
+mod object_files;
 mod object_store;
 mod one_build;
 mod pipelines;

@@ -12,13 +12,13 @@ use crate::stateful::{assert_same_as_reference, windows};
 use crate::support::{Scratch, assert_exit, crash_seed, next_random};
 
 /// A running moto S3 server; killed on drop.
-struct S3Server {
+pub(crate) struct S3Server {
     child: Child,
     port: u16,
 }
 
 impl S3Server {
-    fn start() -> S3Server {
+    pub(crate) fn start() -> S3Server {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -43,7 +43,7 @@ impl S3Server {
     }
 
     /// Create a bucket (moto checks no signature on this call).
-    fn create_bucket(&self, bucket: &str) {
+    pub(crate) fn create_bucket(&self, bucket: &str) {
         let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         write!(
             conn,
@@ -56,8 +56,24 @@ impl S3Server {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     }
 
+    /// Put `body` at `key` in `bucket` (unsigned; moto takes it).
+    pub(crate) fn put_object(&self, bucket: &str, key: &str, body: &[u8]) {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        write!(
+            conn,
+            "PUT /{bucket}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.port,
+            body.len()
+        )
+        .expect("request");
+        conn.write_all(body).expect("body");
+        let mut response = String::new();
+        conn.read_to_string(&mut response).expect("response");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
     /// Keys under `prefix` in `bucket` (ListObjectsV2, unsigned).
-    fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+    pub(crate) fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         write!(
             conn,
@@ -75,7 +91,8 @@ impl S3Server {
             .collect()
     }
 
-    fn env(&self) -> Vec<(&'static str, String)> {
+    /// The environment that points fvhost's S3 client at this server.
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AWS_ENDPOINT", self.endpoint()),
             ("AWS_ALLOW_HTTP", "true".into()),

@@ -74,6 +74,12 @@ pub struct ServeArgs {
     /// must lie under one: `https://api.example.com/v1/`.
     #[arg(long = "allow-http", value_name = "PREFIX", value_parser = parse_http)]
     pub allow_http: Vec<fvhost::plugin::network::HttpGrant>,
+    /// An object-store prefix hosted topologies may name in `allow_read`
+    /// or `allow_write` (repeatable; none by default); a topology's
+    /// prefix must lie under one: `s3://bucket/tenants/acme`. The
+    /// credentials are this process's environment (`AWS_*`, …).
+    #[arg(long = "allow-objects", value_name = "URL", value_parser = parse_objects)]
+    pub allow_objects: Vec<fvhost::plugin::objects::ObjectPrefix>,
     /// Serve HTTPS with this certificate chain (PEM; with --tls-key).
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
@@ -104,6 +110,7 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
         allow_secret_env,
         allow_connect,
         allow_http,
+        allow_objects,
         tls_cert,
         tls_key,
         insecure,
@@ -179,6 +186,7 @@ pub fn serve(args: ServeArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exit
             secret_env: allow_secret_env,
             connect: allow_connect,
             http: allow_http,
+            objects: allow_objects,
         },
         quotas: fvhost::serve::Quotas {
             topologies: max_topologies,
@@ -201,6 +209,11 @@ fn parse_connect(text: &str) -> Result<fvhost::plugin::network::ConnectGrant, St
 /// Parse `--allow-http PREFIX`.
 fn parse_http(text: &str) -> Result<fvhost::plugin::network::HttpGrant, String> {
     fvhost::plugin::network::HttpGrant::parse(text)
+}
+
+/// Parse `--allow-objects URL`.
+fn parse_objects(text: &str) -> Result<fvhost::plugin::objects::ObjectPrefix, String> {
+    fvhost::plugin::objects::ObjectPrefix::parse(text)
 }
 
 /// Parse a size flag (`8GiB`, `512MiB`).

@@ -28,4 +28,5 @@ pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};
 pub use manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};
 pub use restore::{Restored, newest_restorable, restorable_at};
+pub(crate) use store::cloud_store;
 pub use store::{EpochError, EpochStore};

@@ -22,6 +22,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use object_store::{BackoffConfig, RetryConfig};
 use object_store::{
@@ -124,30 +125,46 @@ const STATE: &str = "state";
 const PREFIX: &str = "epoch-";
 const SUFFIX: &str = ".json";
 
-/// A cloud store for `url`, configured from the environment, with retries
-/// bounded so that an unreachable store fails a checkpoint in seconds
-/// rather than minutes.
-fn cloud_store(url: &url::Url) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+/// A cloud store's clients: objects, and multipart uploads (the same
+/// client seen through its two traits).
+pub(crate) struct CloudStore {
+    /// Gets, puts, listings.
+    pub objects: Arc<dyn ObjectStore>,
+    /// Multipart uploads that outlive a process (by upload id).
+    pub multipart: Arc<dyn MultipartStore>,
+}
+
+/// A cloud store for `url` (`s3://`, `gs://`, `az://`), configured from
+/// the environment, with retries bounded so that an unreachable store
+/// fails a call in seconds rather than minutes. Shared by the epoch
+/// store and the plugins' `fv:host/objects`.
+pub(crate) fn cloud_store(url: &str) -> Result<CloudStore, object_store::Error> {
     let retry = RetryConfig {
         backoff: BackoffConfig::default(),
         max_retries: 3,
         retry_timeout: std::time::Duration::from_secs(20),
     };
-    let url = url.as_str();
+    fn both<S: ObjectStore + MultipartStore>(s: S) -> CloudStore {
+        let s = Arc::new(s);
+        CloudStore {
+            objects: Arc::clone(&s) as Arc<dyn ObjectStore>,
+            multipart: s,
+        }
+    }
     Ok(match url.split(':').next() {
-        Some("gs") => Arc::new(
+        Some("gs") => both(
             GoogleCloudStorageBuilder::from_env()
                 .with_url(url)
                 .with_retry(retry)
                 .build()?,
         ),
-        Some("az" | "abfs" | "abfss") => Arc::new(
+        Some("az" | "abfs" | "abfss") => both(
             MicrosoftAzureBuilder::from_env()
                 .with_url(url)
                 .with_retry(retry)
                 .build()?,
         ),
-        _ => Arc::new(
+        _ => both(
             AmazonS3Builder::from_env()
                 .with_url(url)
                 .with_retry(retry)
@@ -230,7 +247,9 @@ impl EpochStore {
                         url.scheme()
                     )));
                 }
-                let store = cloud_store(&url).map_err(|e| bad(e.to_string()))?;
+                let store = cloud_store(url.as_str())
+                    .map_err(|e| bad(e.to_string()))?
+                    .objects;
                 let prefix = url.path().trim_matches('/').to_string();
                 (store, prefix)
             }

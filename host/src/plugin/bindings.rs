@@ -81,6 +81,14 @@ pub mod decode {
     });
 }
 
+/// The `fv:host/objects` capability (since `fv:host` 0.1.2).
+pub mod objects {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "objects-client",
+    });
+}
+
 /// `fv:plugin` 0.3.0 (frozen in `wit/compat/0.3/`): plugins built for it
 /// still run, reading every column. Its `types` records are the current
 /// ones; its `log` import is bound separately (another interface name).

@@ -41,6 +41,16 @@ pub fn check_declared_capabilities(plugin: &LoadedPlugin) -> Result<(), String> 
             "it imports `{import}` but does not declare the `kafka` capability; add `capabilities = \"kafka\"` to its export macro"
         ));
     }
+    if let Some(import) = plugin
+        .imports
+        .iter()
+        .find(|i| i.starts_with("fv:host/objects"))
+        && !declared.iter().any(|c| c == "files")
+    {
+        return Err(format!(
+            "it imports `{import}` but does not declare the `files` capability (object storage is granted with allow_read / allow_write); add `capabilities = \"files\"` to its export macro"
+        ));
+    }
     Ok(())
 }
 
@@ -61,10 +71,10 @@ pub fn undeclared_grants(
     if !policy.network.http.is_empty() && !has("network") {
         out.push(("allow_http", "network"));
     }
-    if !policy.read_dirs.is_empty() && !has("files") {
+    if (!policy.read_dirs.is_empty() || !policy.objects.read.is_empty()) && !has("files") {
         out.push(("allow_read", "files"));
     }
-    if !policy.write_dirs.is_empty() && !has("files") {
+    if (!policy.write_dirs.is_empty() || !policy.objects.write.is_empty()) && !has("files") {
         out.push(("allow_write", "files"));
     }
     if !policy.env.is_empty() && !has("env") {

@@ -82,6 +82,13 @@ impl PluginEngine {
             |s| s,
         )
         .map_err(|e| load_error("(linker)", e))?;
+        // Always linked; every call is checked against the node's object
+        // grants (none: every call refused, naming the missing grant).
+        bindings::objects::fv::host::objects::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| load_error("(linker)", e))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let ticking_engine = engine.clone();
         let stop = Arc::clone(&ticker_stop);

@@ -25,6 +25,7 @@ pub mod kafka;
 mod keyed_state;
 pub(crate) mod metadata;
 pub mod network;
+pub mod objects;
 pub mod package;
 pub(crate) mod parquet_pages;
 pub mod project;

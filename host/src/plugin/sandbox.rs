@@ -27,6 +27,7 @@ use super::kafka::KafkaGrant;
 use super::network::NetworkGrant;
 use super::network::http::HttpGate;
 use super::network::sockets::NetworkPolicy;
+use super::objects::ObjectGrant;
 
 /// What a plugin instance may touch, from the topology.
 #[derive(Debug, Clone)]
@@ -45,6 +46,9 @@ pub struct SandboxPolicy {
     pub kafka: Option<KafkaGrant>,
     /// `allow_connect` and `allow_http` (empty: no network at all).
     pub network: NetworkGrant,
+    /// Object-store prefixes in `allow_read`/`allow_write`
+    /// (`fv:host/objects`).
+    pub objects: ObjectGrant,
 }
 
 impl Default for SandboxPolicy {
@@ -57,6 +61,7 @@ impl Default for SandboxPolicy {
             call_timeout: Duration::from_secs(30),
             kafka: None,
             network: NetworkGrant::default(),
+            objects: ObjectGrant::default(),
         }
     }
 }
@@ -123,6 +128,9 @@ pub(crate) struct HostState {
     pub(crate) keyed: super::keyed_state::KeyedCall,
     /// Bytes the host holds for this plugin's decoders.
     pub(crate) decoding: super::decode::DecodeUse,
+    /// The node's object-store grants, and its counters when it has any.
+    pub(crate) object_grant: Arc<ObjectGrant>,
+    pub(crate) objects_counters: Option<Arc<super::network::NetworkCounters>>,
 }
 
 impl HostState {
@@ -179,6 +187,9 @@ impl HostState {
             },
             output,
             decoding: super::decode::DecodeUse::default(),
+            object_grant: Arc::new(policy.objects.clone()),
+            objects_counters: (!policy.objects.is_empty())
+                .then(|| super::network::counters(&identity.topology, &identity.stage)),
             plugin: plugin.clone(),
             task: identity.label(),
             topology: identity.topology.clone(),

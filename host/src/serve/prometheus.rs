@@ -267,7 +267,7 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
             let _ = writeln!(out, "{metric}{{plugin=\"{}\"}} {}", label(plugin), value(u));
         }
     }
-    let network_families: [NetworkFamily; 5] = [
+    let network_families: [NetworkFamily; 8] = [
         (
             "fvhost_plugin_connections_total",
             "TCP connections a plugin node opened through allow_connect.",
@@ -292,6 +292,21 @@ pub fn render(topologies: &[(String, RunState, Option<StatusRecord>)]) -> String
             "fvhost_plugin_http_received_bytes_total",
             "Response body bytes a plugin node read through allow_http.",
             |u| u.http_bytes_received,
+        ),
+        (
+            "fvhost_plugin_object_requests_total",
+            "Object-store requests a plugin node made through fv:host/objects.",
+            |u| u.object_requests,
+        ),
+        (
+            "fvhost_plugin_object_read_bytes_total",
+            "Object bytes a plugin node read through fv:host/objects.",
+            |u| u.object_bytes_read,
+        ),
+        (
+            "fvhost_plugin_object_written_bytes_total",
+            "Object bytes a plugin node uploaded through fv:host/objects.",
+            |u| u.object_bytes_written,
         ),
     ];
     for (metric, help, value) in network_families {

@@ -619,6 +619,51 @@ allow_http = ["https://api.example.com/", "https://api.example.com/v10/"]"#,
     }
 
     #[test]
+    fn object_grants_are_prefixes_and_a_hosted_topology_names_only_allowed_ones() {
+        let t = parse(&network_topology(
+            r#"allow_read = ["s3://lake/in/", "gs://b"]
+allow_write = ["az://c/out"]"#,
+        ))
+        .expect("valid");
+        let objects = &t.sinks[0].plugin.sandbox.objects;
+        let read: Vec<String> = objects.read.iter().map(|p| p.to_string()).collect();
+        assert_eq!(read, ["s3://lake/in", "gs://b/"]);
+        assert_eq!(objects.write[0].to_string(), "az://c/out");
+        assert!(t.sinks[0].plugin.sandbox.read_dirs.is_empty());
+        let e = parse(&network_topology(r#"allow_read = ["s3://lake/a/../b"]"#))
+            .expect_err("bad")
+            .to_string();
+        assert!(
+            e.contains("sinks.k.allow_read.0") && e.contains("`..`"),
+            "{e}"
+        );
+        let confinement = Confinement {
+            objects: vec![
+                crate::plugin::objects::ObjectPrefix::parse("s3://lake/tenants/acme")
+                    .expect("prefix"),
+            ],
+            ..Confinement::default()
+        };
+        let confined = |grants: &str| {
+            Topology::parse_confined(
+                Path::new("/nonexistent/t.toml"),
+                &network_topology(grants),
+                &confinement,
+            )
+        };
+        confined(r#"allow_read = ["s3://lake/tenants/acme/in"]"#).expect("inside");
+        let e = confined(r#"allow_write = ["s3://lake/tenants/acme-evil"]"#)
+            .expect_err("outside")
+            .to_string();
+        assert!(
+            e.contains("sinks.k.allow_write.0")
+                && e.contains("--allow-objects s3://lake/tenants/acme-evil")
+                && e.contains("`s3://lake/tenants/acme`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn checkpoint_full_every_defaults_to_10_and_refuses_0_naming_the_key() {
         let topology = |checkpoint: &str| {
             format!(

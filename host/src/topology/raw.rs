@@ -24,6 +24,7 @@ use super::{
     parse_duration, parse_duration_or_zero, parse_size,
 };
 use crate::plugin::network::{ConnectGrant, HttpGrant, NetworkGrant};
+use crate::plugin::objects::ObjectPrefix;
 use crate::plugin::{KafkaGrant, SandboxPolicy};
 
 #[derive(Deserialize)]
@@ -704,6 +705,9 @@ pub struct Confinement {
     /// URL prefixes `allow_http` may name, each under one of these
     /// (`--allow-http`).
     pub http: Vec<HttpGrant>,
+    /// Object-store prefixes `allow_read`/`allow_write` may name, each
+    /// under one of these (`--allow-objects`).
+    pub objects: Vec<ObjectPrefix>,
 }
 
 pub(super) struct Ctx<'a> {
@@ -910,6 +914,13 @@ impl Ctx<'_> {
             ..SandboxPolicy::default()
         };
         for (i, dir) in raw.allow_read.unwrap_or_default().into_iter().enumerate() {
+            if ObjectPrefix::is_url(&dir) {
+                let at = format!("{key}.allow_read.{i}");
+                if let Some(p) = self.object_grant(&at, &dir, errors) {
+                    policy.objects.read.push(p);
+                }
+                continue;
+            }
             let host = self.dir.join(&dir);
             if let Some(why) = self.escapes(&dir, &host) {
                 errors.push(self.map.at_key(&format!("{key}.allow_read.{i}"), why));
@@ -927,6 +938,13 @@ impl Ctx<'_> {
             }
         }
         for (i, dir) in raw.allow_write.unwrap_or_default().into_iter().enumerate() {
+            if ObjectPrefix::is_url(&dir) {
+                let at = format!("{key}.allow_write.{i}");
+                if let Some(p) = self.object_grant(&at, &dir, errors) {
+                    policy.objects.write.push(p);
+                }
+                continue;
+            }
             let host = self.dir.join(&dir);
             // Checked before anything is created: a confined topology
             // makes no directory outside its roots.
@@ -973,6 +991,39 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// An object-store grant (`s3://bucket/prefix`) at `at`, checked and,
+    /// under `fvhost serve`, held to the operator's `--allow-objects`.
+    fn object_grant(
+        &self,
+        at: &str,
+        text: &str,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<ObjectPrefix> {
+        match ObjectPrefix::parse(text) {
+            Ok(p) => match self.confinement {
+                Some(c) if !c.objects.iter().any(|o| o.contains(&p)) => {
+                    let allowed: Vec<String> = c.objects.iter().map(|o| format!("`{o}`")).collect();
+                    errors.push(self.map.at_key(
+                        at,
+                        format!(
+                            "`{p}` is not an object prefix this server lets topologies reach ({}; the operator adds one with --allow-objects {p})",
+                            match allowed.is_empty() {
+                                true => "none".to_string(),
+                                false => allowed.join(", "),
+                            }
+                        ),
+                    ));
+                    None
+                }
+                _ => Some(p),
+            },
+            Err(e) => {
+                errors.push(self.map.at_key(at, e));
+                None
+            }
+        }
+    }
+
     /// `allow_connect` and `allow_http` of one node, each entry checked
     /// and, under `fvhost serve`, held to the operator's allow-lists.
     fn network_grant(

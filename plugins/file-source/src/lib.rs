@@ -31,6 +31,13 @@
 //!
 //! The plugin sees only the directories the topology grants it with
 //! `allow_read`; paths in its config are resolved inside those grants.
+//! A path or glob may also name objects (`s3://bucket/in/*.parquet`,
+//! `gs://…`, `az://…`), read through the host's object storage
+//! (`fv:host/objects`) under the node's object grants
+//! (`allow_read = ["s3://bucket/in"]`): a glob lists the prefix before
+//! its first wildcard, byte ranges and Parquet column chunks are ranged
+//! reads (`storage.rs`), and everything else — splits, positions,
+//! projection, pruning — is the same as for files.
 
 #[cfg(test)]
 mod bad_rows_tests;
@@ -49,6 +56,7 @@ mod projection_tests;
 mod schema;
 #[cfg(test)]
 mod split_tests;
+mod storage;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -64,7 +72,8 @@ use crate::decode::Codec;
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// A file path or a glob (`data/*.csv`).
+    /// A file path or a glob (`data/*.csv`), or objects
+    /// (`s3://bucket/in/*.csv`, `gs://…`, `az://…`).
     pub path: String,
     /// `csv`, `jsonl` or `parquet`; default from the file extension.
     pub format: Option<String>,
@@ -327,9 +336,7 @@ impl Source for FileSource {
             let file_splits = if let Some(sizes) = row_groups {
                 parquet_splits(&path, &sizes, split_bytes)
             } else {
-                let len = std::fs::metadata(&path)
-                    .map_err(|e| ConfigError::at("path", format!("cannot read `{path}`: {e}")))?
-                    .len();
+                let len = storage::len(&path).map_err(|e| ConfigError::at("path", e))?;
                 text_splits(&path, offset, line, len, split_bytes)
             };
             for split in file_splits {
@@ -711,6 +718,17 @@ fn poll_parquet(
 /// so `glob`, which lists every directory from the root of the pattern
 /// down, would find nothing under `/data/bids`.
 fn expand(pattern: &str) -> Result<Vec<String>, ConfigError> {
+    if storage::is_object(pattern) {
+        let mut files = storage::list_objects(pattern).map_err(|e| ConfigError::at("path", e))?;
+        if files.is_empty() {
+            return Err(ConfigError::at(
+                "path",
+                format!("no object matches `{pattern}` (is its prefix granted with allow_read?)"),
+            ));
+        }
+        files.sort();
+        return Ok(files);
+    }
     let wild = |c: &str| c.contains(['*', '?', '[']);
     let components: Vec<&str> = pattern.split('/').collect();
     let literal = components.iter().take_while(|c| !wild(c)).count();

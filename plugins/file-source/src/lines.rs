@@ -12,8 +12,9 @@
 //! past it, keeping only its first [`HEAD`] bytes, so memory stays bounded
 //! whatever the file holds.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
+
+use crate::storage::{self, Reader};
 
 /// Bytes asked of the file at a time.
 pub const READ_BLOCK: usize = 4 << 20;
@@ -27,7 +28,7 @@ pub const HEAD: usize = 64 << 10;
 
 /// A file read from a byte offset on, line by line.
 pub struct LineReader {
-    file: File,
+    file: Reader,
     /// File bytes from `base` on; `buf[start..]` is not handed out yet.
     buf: Vec<u8>,
     start: usize,
@@ -77,9 +78,7 @@ impl LineReader {
     /// Open `path` at byte `offset` (the start of a line), reading the
     /// lines that start before `limit` (all, when `None`).
     pub fn open(path: &str, offset: u64, limit: Option<u64>) -> Result<LineReader, String> {
-        let mut file = File::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
-        file.seek(SeekFrom::Start(offset))
-            .map_err(|e| format!("cannot seek in `{path}`: {e}"))?;
+        let file = storage::open(path, offset)?;
         Ok(LineReader {
             file,
             buf: Vec::with_capacity(READ_BLOCK),
@@ -266,8 +265,7 @@ impl LineReader {
 /// The number of line ends in `path` before byte `offset` (for the line
 /// number of a row in a byte range; only error messages ask).
 pub fn count_lines(path: &str, offset: u64) -> Result<u64, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
-    let mut file = file.take(offset);
+    let mut file = storage::open(path, 0)?.take(offset);
     let mut buf = vec![0; READ_BLOCK];
     let mut count = 0u64;
     loop {

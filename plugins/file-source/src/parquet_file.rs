@@ -7,8 +7,7 @@
 //! the pages inside the groups read that they rule out (see
 //! `parquet_pages.rs`); those rows count as done.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 
 use bytes::Bytes;
 use parquet::errors::ParquetError;
@@ -26,6 +25,7 @@ use parquet::file::metadata::PageIndexPolicy;
 use crate::decode::Block;
 use crate::parquet_host::{self, GroupRead, HostRows};
 use crate::parquet_select::{self, Segment};
+use crate::storage::{self, Reader};
 use crate::{parquet_pages, parquet_prune};
 use fv_plugin_sdk::decode::RowRun;
 
@@ -38,19 +38,15 @@ pub(crate) struct PathReader {
 }
 
 impl PathReader {
-    pub(crate) fn open(path: &str) -> std::io::Result<Self> {
-        let len = std::fs::metadata(path)?.len();
+    pub(crate) fn open(path: &str) -> Result<Self, String> {
         Ok(PathReader {
             path: path.to_string(),
-            len,
+            len: storage::len(path)?,
         })
     }
 
-    fn at(&self, start: u64) -> Result<File, ParquetError> {
-        let mut file = File::open(&self.path).map_err(|e| ParquetError::External(Box::new(e)))?;
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| ParquetError::External(Box::new(e)))?;
-        Ok(file)
+    fn at(&self, start: u64) -> Result<Reader, ParquetError> {
+        storage::open_sized(&self.path, start, self.len).map_err(ParquetError::General)
     }
 }
 
@@ -65,7 +61,7 @@ impl Length for PathReader {
 const STREAM_BUFFER: usize = 1 << 20;
 
 impl ChunkReader for PathReader {
-    type T = std::io::BufReader<std::io::Take<File>>;
+    type T = std::io::BufReader<std::io::Take<Reader>>;
 
     fn get_read(&self, start: u64) -> Result<Self::T, ParquetError> {
         Ok(std::io::BufReader::with_capacity(
@@ -75,11 +71,9 @@ impl ChunkReader for PathReader {
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> Result<Bytes, ParquetError> {
-        let mut buf = vec![0; length];
-        self.at(start)?
-            .read_exact(&mut buf)
-            .map_err(|e| ParquetError::External(Box::new(e)))?;
-        Ok(Bytes::from(buf))
+        storage::read_at(&self.path, start, length as u64)
+            .map(Bytes::from)
+            .map_err(ParquetError::General)
     }
 }
 
@@ -91,8 +85,7 @@ pub fn schema(path: &str) -> Result<SchemaRef, ConfigError> {
 /// The Arrow schema of a Parquet file and the compressed size of each of
 /// its row groups.
 pub fn footer(path: &str) -> Result<(SchemaRef, Vec<u64>), ConfigError> {
-    let file = PathReader::open(path)
-        .map_err(|e| ConfigError::at("path", format!("cannot open `{path}`: {e}")))?;
+    let file = PathReader::open(path).map_err(|e| ConfigError::at("path", e))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| {
         ConfigError::at(
             "path",
@@ -173,7 +166,7 @@ impl ParquetCursor {
         batch_size: usize,
         plan: &ReadPlan<'_>,
     ) -> Result<Self, String> {
-        let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
+        let file = PathReader::open(path)?;
         // The page index only serves filters; a file without one reads as
         // if it were not asked for.
         let pages = if plan.filters.is_empty() {

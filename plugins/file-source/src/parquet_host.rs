@@ -72,7 +72,7 @@ impl HostRows {
         batch_rows: usize,
         groups: Vec<GroupRead>,
     ) -> Result<Self, String> {
-        let file = PathReader::open(path).map_err(|e| format!("cannot open `{path}`: {e}"))?;
+        let file = PathReader::open(path)?;
         let footer = footer_bytes(path, &file)?;
         let parquet = ParquetFile::parse(&footer).map_err(|e| format!("`{path}`: {e}"))?;
         Ok(HostRows {

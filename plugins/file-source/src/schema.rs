@@ -10,7 +10,6 @@
 //! source rejects such rows anyway. Only a sample in which no row parses
 //! refuses it.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor};
 use std::sync::Arc;
 
@@ -193,8 +192,7 @@ pub fn check_header(
     schema: &SchemaRef,
     delimiter: u8,
 ) -> Result<(u64, u64), ConfigError> {
-    let file = File::open(path)
-        .map_err(|e| ConfigError::at("path", format!("cannot open `{path}`: {e}")))?;
+    let file = crate::storage::open(path, 0).map_err(|e| ConfigError::at("path", e))?;
     let mut line = String::new();
     let n = BufReader::new(file)
         .read_line(&mut line)

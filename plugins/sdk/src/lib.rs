@@ -93,6 +93,8 @@ pub mod ipc;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod log;
+#[cfg(feature = "objects")]
+pub mod objects;
 
 mod config;
 mod context;

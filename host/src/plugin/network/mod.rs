@@ -224,9 +224,20 @@ pub struct NetworkCounters {
     http_requests: AtomicU64,
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
+    object_requests: AtomicU64,
+    object_bytes_read: AtomicU64,
+    object_bytes_written: AtomicU64,
 }
 
 impl NetworkCounters {
+    /// One `fv:host/objects` request that read and wrote these bytes.
+    pub(crate) fn object_requested(&self, read: u64, written: u64) {
+        self.object_requests.fetch_add(1, Ordering::Relaxed);
+        self.object_bytes_read.fetch_add(read, Ordering::Relaxed);
+        self.object_bytes_written
+            .fetch_add(written, Ordering::Relaxed);
+    }
+
     pub(crate) fn connected(&self) {
         self.connections.fetch_add(1, Ordering::Relaxed);
     }
@@ -252,6 +263,9 @@ impl NetworkCounters {
             http_requests: get(&self.http_requests),
             http_bytes_sent: get(&self.bytes_sent),
             http_bytes_received: get(&self.bytes_received),
+            object_requests: get(&self.object_requests),
+            object_bytes_read: get(&self.object_bytes_read),
+            object_bytes_written: get(&self.object_bytes_written),
         }
     }
 }
@@ -270,6 +284,16 @@ pub struct NetworkUse {
     pub http_bytes_sent: u64,
     /// Response body bytes received.
     pub http_bytes_received: u64,
+    /// Object-store requests through `fv:host/objects` (grants in
+    /// `allow_read`/`allow_write`).
+    #[serde(default)]
+    pub object_requests: u64,
+    /// Object bytes read.
+    #[serde(default)]
+    pub object_bytes_read: u64,
+    /// Object bytes uploaded.
+    #[serde(default)]
+    pub object_bytes_written: u64,
 }
 
 /// (topology, node) → its counters, for every node with a network grant.
@@ -396,6 +420,8 @@ mod tests {
         b.requested(10);
         b.received(7);
         a.refused();
+        b.object_requested(5, 0);
+        a.object_requested(0, 3);
         let used = usage("net-test-topology", "fetch").expect("registered");
         assert_eq!(
             used,
@@ -404,7 +430,10 @@ mod tests {
                 refused: 1,
                 http_requests: 1,
                 http_bytes_sent: 10,
-                http_bytes_received: 7
+                http_bytes_received: 7,
+                object_requests: 2,
+                object_bytes_read: 5,
+                object_bytes_written: 3,
             }
         );
         assert_eq!(usage("net-test-topology", "other"), None);

@@ -74,6 +74,10 @@ const SDK: &[(&str, &str)] = &[
         include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/host/kafka.wit"),
     ),
     (
+        "fv_plugin/wit/deps/host/objects.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/host/objects.wit"),
+    ),
+    (
         "fv_plugin/wit/plugin.wit",
         include_str!("../../../../plugins/sdk-python/fv_plugin/wit/plugin.wit"),
     ),

@@ -46,7 +46,12 @@
 //! - `net-udp`: per batch, try to send a datagram to `path`;
 //! - `net-http`: per batch, GET `path` (a URL) through `wasi:http`,
 //!   following up to 3 redirects, and append `<status> <body>` as a
-//!   column `content`.
+//!   column `content`;
+//! - `objects-upload`: per batch, a multipart upload through
+//!   `fv:host/objects` of `rows=<n>` to `<path>/batch-<i>.txt` (`path` an
+//!   object prefix), completed twice (a replayed commit) — or, with
+//!   `value = 1`, aborted — then read back; appends what came back (or
+//!   the read's error) as a column `content`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -146,7 +151,7 @@ impl Step for TestStep {
                     ConfigError::at("path", format!("cannot create the link `{path}`: {e}"))
                 })?;
             }
-            "net-tcp" | "net-http" => {
+            "net-tcp" | "net-http" | "objects-upload" => {
                 if config.path.is_none() {
                     return Err(ConfigError::at("path", "the net modes need `path`"));
                 }
@@ -361,6 +366,14 @@ impl Step for TestStep {
                 .map_err(|e| ProcessError::Failed(format!("{target}: {e}")))?;
                 self.with_content(&batch, text)
             }
+            "objects-upload" => {
+                let prefix = self.config.path.clone().unwrap_or_default();
+                let url = format!("{prefix}/batch-{}.txt", self.batches);
+                self.batches += 1;
+                let text = objects_upload(&url, batch.num_rows(), self.config.value == 1)
+                    .map_err(|e| ProcessError::Failed(format!("{url}: {e}")))?;
+                self.with_content(&batch, text)
+            }
             "net-http-flood" => {
                 let target = self.config.path.clone().unwrap_or_default();
                 net::http_flood(&target, self.config.value)
@@ -415,6 +428,28 @@ impl Step for TestStep {
             _ => Err(ProcessError::Failed("unknown mode".into())),
         }
     }
+}
+
+/// Upload `rows=<rows>` to `url` in one part, complete it twice (or
+/// abort it), and read back what is there (or the read's error).
+fn objects_upload(url: &str, rows: usize, abort: bool) -> Result<String, String> {
+    use fv_plugin_sdk::objects;
+    let id = objects::begin_upload(url)?;
+    let tag = objects::upload_part(url, &id, 0, format!("rows={rows}").as_bytes())?;
+    if abort {
+        objects::abort_upload(url, &id)?;
+        // Aborting again is not an error.
+        objects::abort_upload(url, &id)?;
+        return Ok(match objects::read(url, 0, 64) {
+            Ok(bytes) => format!("visible after abort: {}", String::from_utf8_lossy(&bytes)),
+            Err(e) => format!("absent: {e}"),
+        });
+    }
+    objects::complete_upload(url, &id, std::slice::from_ref(&tag))?;
+    objects::complete_upload(url, &id, &[tag])?;
+    let size = objects::size(url)?;
+    let bytes = objects::read(url, 0, size)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 impl TestStep {
