@@ -23,12 +23,23 @@
 //! second slot of the same changes: the server's logical decoding and
 //! its C client are the ceiling.
 //!
+//! `file-source` and `file-sink` on object storage (moto's S3 server,
+//! when `moto_server` is on PATH; `tests/run` installs it): the bids as
+//! Parquet read from the bucket into `blackhole-sink` (every column:
+//! `push_down = false`) against the same files read from local disk, and
+//! against the server's own ceiling — the same objects fetched whole by
+//! a native `object_store` client; and the bids written to the bucket as
+//! Parquet against the same to local files.
+//!
 //! Figures are printed, never asserted.
 
 mod common;
 #[allow(dead_code)]
 #[path = "../../tests/e2e/postgres_server.rs"]
 mod postgres_server;
+#[allow(dead_code)]
+#[path = "../../tests/e2e/s3_server.rs"]
+mod s3_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -148,6 +159,19 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000_000);
+    // Before any thread reads the environment: the object store's
+    // client is configured from it.
+    let s3 = std::process::Command::new("moto_server")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        .then(s3_server::S3Server::start);
+    if let Some(server) = &s3 {
+        for (key, value) in server.env() {
+            // SAFETY: no other thread runs yet.
+            unsafe { std::env::set_var(key, value) };
+        }
+    }
     let received = Arc::new(Received::default());
     let port = receiver(Arc::clone(&received));
     let engine = common::engine();
@@ -223,6 +247,142 @@ config = { path = "out", format = "jsonl" }"#,
         file_cpu / cpu
     );
     postgres(&engine, events);
+    match &s3 {
+        Some(server) => objects(&engine, server, events),
+        None => {
+            println!("object storage: skipped (moto_server is not on PATH; tests/run installs it)")
+        }
+    }
+}
+
+/// `file-source` and `file-sink` on the bucket against local files and
+/// the server's ceiling.
+fn objects(engine: &fvhost::plugin::PluginEngine, server: &s3_server::S3Server, events: usize) {
+    server.create_bucket("lake");
+    let dir = tempfile::tempdir().expect("dir");
+    let to_local = bids_into(
+        events,
+        r#"[sinks.pq]
+input = "bids"
+plugin = "file-sink"
+allow_write = ["pq"]
+config = { path = "pq", format = "parquet" }"#,
+    );
+    let (local_write_wall, local_write_cpu) = run_topology(engine, dir.path(), &to_local);
+    let to_bucket = to_local
+        .replace(
+            "allow_write = [\"pq\"]",
+            "allow_write = [\"s3://lake/bids\"]",
+        )
+        .replace("path = \"pq\"", "path = \"s3://lake/bids\"");
+    let (bucket_write_wall, bucket_write_cpu) = run_topology(engine, dir.path(), &to_bucket);
+    let mut bytes = 0u64;
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(dir.path().join("pq"))
+        .expect("pq")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".parquet") {
+            bytes += entry.metadata().map_or(0, |m| m.len());
+            objects.push(name);
+        }
+    }
+    let read = |path: &str, grant: &str| {
+        format!(
+            r#"
+name = "bench"
+push_down = false
+[sources.bids]
+plugin = "file-source"
+allow_read = ["{grant}"]
+config = {{ path = "{path}" }}
+[sinks.none]
+input = "bids"
+plugin = "blackhole-sink"
+"#
+        )
+    };
+    let (local_wall, local_cpu) = run_topology(engine, dir.path(), &read("pq/*.parquet", "pq"));
+    let (bucket_wall, bucket_cpu) = run_topology(
+        engine,
+        dir.path(),
+        &read("s3://lake/bids/*.parquet", "s3://lake/bids"),
+    );
+    // The ceiling: the bucket's objects fetched whole, natively.
+    let keys = server.keys("lake", "bids/");
+    let (fetched, raw_wall, raw_cpu) = measure(|| {
+        use object_store::ObjectStoreExt;
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_url("s3://lake")
+            .build()
+            .expect("client");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let mut fetched = 0;
+            for key in &keys {
+                let path = object_store::path::Path::from(key.as_str());
+                let got = store.get(&path).await.expect("get");
+                fetched += got.bytes().await.expect("body").len();
+            }
+            fetched
+        })
+    });
+    println!(
+        "plain GET: {} objects, {:.1} MB fetched",
+        keys.len(),
+        fetched as f64 / 1e6
+    );
+    let rows = events as f64 * 46.0 / 50.0;
+    let line = |what: &str, wall: std::time::Duration, cpu: f64| {
+        println!(
+            "{what}: {:.2} s wall, {cpu:.2} CPU-s of fvhost: {:.0} rows/s, {:.0} rows per CPU-s, {:.0} MB/s",
+            wall.as_secs_f64(),
+            rows / wall.as_secs_f64(),
+            rows / cpu,
+            bytes as f64 / 1e6 / wall.as_secs_f64()
+        )
+    };
+    println!(
+        "object storage: {} Parquet files, {:.1} MB of bids",
+        objects.len(),
+        bytes as f64 / 1e6
+    );
+    line(
+        "file-source from local files (every column)",
+        local_wall,
+        local_cpu,
+    );
+    line(
+        "file-source from the bucket (every column)",
+        bucket_wall,
+        bucket_cpu,
+    );
+    line(
+        "plain GET of the same objects (object_store, native)",
+        raw_wall,
+        raw_cpu,
+    );
+    line(
+        "file-sink Parquet to local files",
+        local_write_wall,
+        local_write_cpu,
+    );
+    line(
+        "file-sink Parquet to the bucket (multipart)",
+        bucket_write_wall,
+        bucket_write_cpu,
+    );
+    println!(
+        "file-source bucket / local: {:.2}x rows/s (wall), {:.2}x rows per CPU-s; bucket / plain GET: {:.2}x (wall); file-sink bucket / local: {:.2}x rows/s (wall)",
+        local_wall.as_secs_f64() / bucket_wall.as_secs_f64(),
+        local_cpu / bucket_cpu,
+        raw_wall.as_secs_f64() / bucket_wall.as_secs_f64(),
+        local_write_wall.as_secs_f64() / bucket_write_wall.as_secs_f64()
+    );
 }
 
 /// The bids as COPY text (none of their values holds a tab, a newline

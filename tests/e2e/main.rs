@@ -40,6 +40,7 @@ mod postgres_sink;
 mod projection;
 mod python;
 mod registry;
+mod s3_server;
 mod sandbox;
 mod serve;
 mod serve_hostile;

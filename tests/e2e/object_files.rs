@@ -8,7 +8,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use crate::object_store::S3Server;
+use crate::s3_server::S3Server;
 use crate::support::{Scratch, assert_exit};
 
 /// Three CSV files (one in a subdirectory) of `id,name,amount` rows,
@@ -370,4 +370,90 @@ fn multipart_uploads_appear_only_once_complete_and_never_once_aborted() {
         "{}",
         run.stderr
     );
+}
+
+#[cfg(unix)]
+#[test]
+fn file_sink_objects_appear_once_per_committed_epoch_through_random_sigkills() {
+    use crate::stateful::{reference, windows};
+    use crate::support::{crash_seed, next_random};
+    let server = S3Server::start();
+    server.create_bucket("lake");
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let to_bucket = |t: String| {
+        t.replace(
+            "allow_write = [\"out\"]\nconfig = { path = \"out\" }",
+            "allow_write = [\"s3://lake/win\"]\nconfig = { path = \"s3://lake/win\" }",
+        )
+    };
+    let s = Scratch::new();
+    s.write("t.toml", &to_bucket(windows(4000)));
+    assert!(
+        std::fs::read_to_string(s.path().join("t.toml"))
+            .expect("toml")
+            .contains("s3://lake/win"),
+        "the sink writes to the bucket"
+    );
+    let seed = crash_seed("file-sink objects");
+    let mut state = seed;
+    let args = ["run", "t.toml", "--no-progress"];
+    for kill in 1..=6 {
+        let mut child = s.spawn_fvhost_env(&args, &env);
+        std::thread::sleep(Duration::from_millis(300 + next_random(&mut state) % 700));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the run ended before kill {kill} (seed {seed})"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    assert_exit(&s.fvhost_env(&args, &env), 0);
+    // Every object holds committed rows: together, each row once.
+    let keys = server.keys("lake", "win/");
+    assert!(keys.len() > 3, "{keys:?}");
+    let mut lines: Vec<String> = keys
+        .iter()
+        .flat_map(|k| {
+            let body = server.get_object("lake", k);
+            String::from_utf8(body)
+                .expect("utf-8")
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort();
+    let reference = reference();
+    assert_eq!(
+        lines.len(),
+        reference.len(),
+        "rows in the bucket after 6 kills (seed {seed})"
+    );
+    assert!(
+        lines == reference,
+        "the bucket holds what one uninterrupted run writes (seed {seed})"
+    );
+
+    // Parquet objects read back through file-source from the bucket.
+    let s = Scratch::new();
+    s.write(
+        "t.toml",
+        &to_bucket(windows(0).replace(", rate = 0", ""))
+            .replace(
+                "s3://lake/win\" }",
+                "s3://lake/pq\", format = \"parquet\" }",
+            )
+            .replace(
+                "allow_write = [\"s3://lake/win\"]",
+                "allow_write = [\"s3://lake/pq\"]",
+            ),
+    );
+    assert_exit(&s.fvhost_env(&args, &env), 0);
+    let back = rows_of(
+        &s,
+        &topology("s3://lake/pq/*.parquet", "s3://lake/pq", None),
+        &env,
+    );
+    assert_eq!(back.len(), reference.len(), "Parquet objects read back");
 }

@@ -1,114 +1,15 @@
 //! The epoch store on a real S3-compatible server: moto's server
-//! (`moto_server`, installed by `.ci/run` from PyPI), started on 127.0.0.1
-//! by the test and stopped with it. The same stateful crash harness as on
+//! ([`S3Server`]), started on 127.0.0.1 by the test and stopped with it. The same stateful crash harness as on
 //! the local directory must hold.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpListener;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::s3_server::S3Server;
 
 use crate::stateful::{assert_same_as_reference, windows};
 use crate::support::{Scratch, assert_exit, crash_seed, next_random};
-
-/// A running moto S3 server; killed on drop.
-pub(crate) struct S3Server {
-    child: Child,
-    port: u16,
-}
-
-impl S3Server {
-    pub(crate) fn start() -> S3Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server (pip install 'moto[server]'; .ci/run does)");
-        let server = S3Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Create a bucket (moto checks no signature on this call).
-    pub(crate) fn create_bucket(&self, bucket: &str) {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        write!(
-            conn,
-            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .expect("request");
-        let mut response = String::new();
-        conn.read_to_string(&mut response).expect("response");
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    }
-
-    /// Put `body` at `key` in `bucket` (unsigned; moto takes it).
-    pub(crate) fn put_object(&self, bucket: &str, key: &str, body: &[u8]) {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        write!(
-            conn,
-            "PUT /{bucket}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.port,
-            body.len()
-        )
-        .expect("request");
-        conn.write_all(body).expect("body");
-        let mut response = String::new();
-        conn.read_to_string(&mut response).expect("response");
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    }
-
-    /// Keys under `prefix` in `bucket` (ListObjectsV2, unsigned).
-    pub(crate) fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        write!(
-            conn,
-            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .expect("request");
-        let mut response = String::new();
-        conn.read_to_string(&mut response).expect("response");
-        response
-            .split("<Key>")
-            .skip(1)
-            .filter_map(|s| s.split("</Key>").next())
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// The environment that points fvhost's S3 client at this server.
-    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT", self.endpoint()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-        ]
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[cfg(unix)]
 #[test]

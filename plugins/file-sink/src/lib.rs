@@ -22,6 +22,12 @@
 //! existed). The tag travels in the prepare handle, so a resumed run keeps
 //! its history; within it a replayed epoch overwrites its own file instead
 //! of duplicating rows, and `commit` is idempotent.
+//!
+//! **Objects.** A `path` that names an object prefix (`s3://bucket/out`)
+//! sends each epoch to one object instead, a multipart upload completed
+//! on commit (`object_target.rs`).
+
+mod object_target;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
@@ -38,7 +44,8 @@ use parquet::file::properties::WriterProperties;
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Output directory (must be granted with `allow_write`).
+    /// Output directory (must be granted with `allow_write`), or an
+    /// object prefix (`s3://bucket/out`, granted the same way).
     pub path: String,
     /// `jsonl` (default), `csv` or `parquet` (Snappy-compressed).
     #[serde(default = "jsonl")]
@@ -56,7 +63,7 @@ fn part() -> String {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     JsonLines,
     Csv,
     Parquet,
@@ -266,6 +273,8 @@ pub struct FileSink {
     writer: Option<EpochFile>,
     wrote_header: bool,
     rows_in_epoch: u64,
+    /// `path` names objects: every epoch goes there instead.
+    objects: Option<object_target::ObjectTarget>,
 }
 
 impl FileSink {
@@ -431,6 +440,28 @@ impl Sink for FileSink {
                 "must be a non-empty file name part without slashes",
             ));
         }
+        let stem = format!("{}-{}-{}", config.prefix, task.stage, task.task_index);
+        if fv_plugin_sdk::objects::is_object_url(&config.path) {
+            let run_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            return Ok(FileSink {
+                dir: PathBuf::new(),
+                format,
+                stem: stem.clone(),
+                topology: task.topology.clone(),
+                tag: None,
+                writer: None,
+                wrote_header: false,
+                rows_in_epoch: 0,
+                objects: Some(object_target::ObjectTarget::new(
+                    &config.path,
+                    format,
+                    &stem,
+                    run_ns,
+                )),
+            });
+        }
         let dir = PathBuf::from(&config.path);
         fs::create_dir_all(&dir).map_err(|e| {
             ConfigError::at(
@@ -441,7 +472,6 @@ impl Sink for FileSink {
                 ),
             )
         })?;
-        let stem = format!("{}-{}-{}", config.prefix, task.stage, task.task_index);
         Ok(FileSink {
             dir,
             format,
@@ -451,12 +481,16 @@ impl Sink for FileSink {
             writer: None,
             wrote_header: false,
             rows_in_epoch: 0,
+            objects: None,
         })
     }
 
     fn write(&mut self, batch: RecordBatch) -> Result<(), String> {
         if batch.num_rows() == 0 {
             return Ok(());
+        }
+        if let Some(objects) = self.objects.as_mut() {
+            return objects.write(&batch);
         }
         if self.writer.is_none() {
             // A fresh in-progress file per epoch: anything left by a crashed
@@ -510,6 +544,9 @@ impl Sink for FileSink {
     }
 
     fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, String> {
+        if let Some(objects) = self.objects.as_mut() {
+            return objects.prepare(epoch);
+        }
         // Even an epoch without a file names the history, so that a run
         // resumed from it keeps writing there.
         let tag = self.tag()?;
@@ -533,6 +570,9 @@ impl Sink for FileSink {
     }
 
     fn commit(&mut self, epoch: u64, handle: Vec<u8>) -> Result<(), String> {
+        if let Some(objects) = self.objects.as_mut() {
+            return objects.commit(epoch, &handle);
+        }
         let (tag, wrote) = match decode_handle(&handle, epoch)? {
             // Left unknown: a history is claimed before the first file.
             Handle::Nothing => return Ok(()),
@@ -566,6 +606,9 @@ impl Sink for FileSink {
     }
 
     fn abort(&mut self, epoch: u64) -> Result<(), String> {
+        if let Some(objects) = self.objects.as_mut() {
+            return objects.abort(epoch);
+        }
         self.writer = None;
         self.rows_in_epoch = 0;
         // Without a history this task has written nothing it could remove.
