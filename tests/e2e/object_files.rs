@@ -457,3 +457,52 @@ fn file_sink_objects_appear_once_per_committed_epoch_through_random_sigkills() {
     );
     assert_eq!(back.len(), reference.len(), "Parquet objects read back");
 }
+
+#[cfg(unix)]
+#[test]
+fn the_s3_parquet_example_runs_as_its_comments_say() {
+    use crate::support::copy_example;
+    let server = S3Server::start();
+    // `curl -X PUT …/lake`
+    server.create_bucket("lake");
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let s = Scratch::new();
+    copy_example(&s, "s3-parquet");
+    assert_exit(
+        &s.fvhost_env(&["run", "to-bucket.toml", "--no-progress"], &env),
+        0,
+    );
+    let objects = server.keys("lake", "bids/");
+    assert!(
+        !objects.is_empty() && objects.iter().all(|k| k.ends_with(".parquet")),
+        "{objects:?}"
+    );
+    let run = s.fvhost_env(&["run", "topology.toml", "--no-progress"], &env);
+    assert_exit(&run, 0);
+    assert!(
+        run.stderr.contains("reads only what the topology needs"),
+        "{}",
+        run.stderr
+    );
+    let from_bucket = s.output_lines("out");
+    // The same query straight over the generator.
+    let direct = std::fs::read_to_string(s.path().join("topology.toml"))
+        .expect("topology")
+        .replace(
+            "plugin = \"file-source\"\nallow_read = [\"s3://lake/bids\"]\nconfig = { path = \"s3://lake/bids/*.parquet\" }",
+            "plugin = \"generator\"\nconfig = { kind = \"nexmark\", stream = \"bid\", events = 500000, seed = 7 }",
+        )
+        .replace("name = \"s3_parquet\"", "name = \"direct\"")
+        .replace("path = \"out\"", "path = \"direct\"")
+        .replace("[\"out\"]", "[\"direct\"]");
+    assert!(direct.contains("generator"), "{direct}");
+    s.write("direct.toml", &direct);
+    assert_exit(&s.fvhost(&["run", "direct.toml", "--no-progress"]), 0);
+    let direct = s.output_lines("direct");
+    assert!(direct.len() > 100, "{}", direct.len());
+    assert_eq!(
+        from_bucket, direct,
+        "the bucket's bids give the generator's answer"
+    );
+}
