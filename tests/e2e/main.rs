@@ -6,6 +6,7 @@
 
 mod support;
 
+mod azurite_server;
 mod bad_input;
 mod cli;
 mod cluster;

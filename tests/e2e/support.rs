@@ -239,12 +239,25 @@ pub fn kill_at_random_moments(
     s: &Scratch,
     args: &[&str],
     kills: u32,
+    timing: (u64, u64),
+    state: &mut u64,
+    after_kill: impl FnMut(u32),
+) {
+    kill_at_random_moments_env(s, args, &[], kills, timing, state, after_kill)
+}
+
+/// [`kill_at_random_moments`] with extra environment for each run.
+pub fn kill_at_random_moments_env(
+    s: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+    kills: u32,
     (min_ms, spread_ms): (u64, u64),
     state: &mut u64,
     mut after_kill: impl FnMut(u32),
 ) {
     for kill in 1..=kills {
-        let mut child = s.spawn_fvhost(args);
+        let mut child = s.spawn_fvhost_env(args, env);
         std::thread::sleep(std::time::Duration::from_millis(
             min_ms + next_random(state) % spread_ms,
         ));
@@ -256,6 +269,20 @@ pub fn kill_at_random_moments(
         let _ = child.wait();
         after_kill(kill);
     }
+}
+
+/// The civil date (year, month, day) `days` after 1970-01-01 (Howard
+/// Hinnant's civil-from-days).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// The golden file `path`, for comparing with `actual`. Blessing is manual
