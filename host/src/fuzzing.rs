@@ -39,6 +39,13 @@ pub fn topology(data: &[u8]) {
     {
         return;
     }
+    parse_in_fresh_dir("t.toml", text);
+}
+
+/// [`Topology::parse`] of `text` as `file` in a fresh private directory
+/// (removed afterwards): a topology is checked, or every problem has a
+/// diagnostic.
+fn parse_in_fresh_dir(file: &str, text: &str) {
     static RUN: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "fvhost-fuzz-topology-{}-{}",
@@ -48,7 +55,7 @@ pub fn topology(data: &[u8]) {
     if std::fs::create_dir(&dir).is_err() {
         return;
     }
-    let parsed = Topology::parse(&dir.join("t.toml"), text);
+    let parsed = Topology::parse(&dir.join(file), text);
     let _ = std::fs::remove_dir_all(&dir);
     match parsed {
         Ok(t) => touch_topology(&t),
@@ -57,6 +64,24 @@ pub fn topology(data: &[u8]) {
             let _ = diagnostics.to_string();
         }
     }
+}
+
+/// SQL topology text → the translation to a topology document, then (when
+/// its grants stay inside, as for [`topology`]) [`Topology::parse`] of the
+/// same text as a `.sql` file: every finding a diagnostic, never a panic.
+pub fn sql_topology(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(translation) = crate::topology::sql_file::translate(text) else {
+        return;
+    };
+    if let Ok(doc) = toml::from_str::<toml::Table>(&translation.toml)
+        && !grants_stay_inside(&doc)
+    {
+        return;
+    }
+    parse_in_fresh_dir("t.sql", text);
 }
 
 /// Whether every `allow_read`/`allow_write` entry, wherever it appears, is
@@ -371,6 +396,7 @@ mod tests {
 
     const TARGETS: &[Target] = &[
         ("topology", topology),
+        ("sql_topology", sql_topology),
         ("plugin_ipc", plugin_ipc),
         ("plugin_ipc_compressed", plugin_ipc_compressed),
         ("manifest", manifest),
@@ -498,6 +524,21 @@ mod tests {
     /// Valid inputs of every target: where the fuzzers start.
     fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         let mut seeds = Vec::new();
+        // The SQL examples, as written.
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nexmark");
+        let mut sql: Vec<PathBuf> = std::fs::read_dir(&examples)
+            .expect("examples/nexmark")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+            .collect();
+        sql.sort();
+        for path in sql {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            seeds.push(("sql_topology", name, std::fs::read(&path).expect("example")));
+        }
         let batch = sample_batch();
         seeds.push((
             "plugin_ipc",

@@ -132,11 +132,11 @@ fn every_example_validates() {
     ];
     for entry in std::fs::read_dir(repo().join("examples/nexmark")).expect("nexmark examples") {
         let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        if path.extension().is_some_and(|e| e == "toml" || e == "sql") {
             examples.push(path);
         }
     }
-    assert!(examples.len() >= 14, "{examples:?}");
+    assert!(examples.len() >= 18, "{examples:?}");
     for path in examples {
         let run = s.fvhost(&["validate", path.to_str().expect("utf-8")]);
         assert_exit(&run, 0);

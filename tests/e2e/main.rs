@@ -47,5 +47,6 @@ mod serve;
 mod serve_hostile;
 mod serve_tls;
 mod split_watermarks;
+mod sql_files;
 mod stateful;
 mod walkthrough;

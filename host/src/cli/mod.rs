@@ -17,6 +17,7 @@ use fvhost::plugin::PluginEngine;
 use fvhost::runtime;
 use fvhost::topology::Topology;
 
+mod explain;
 pub mod plugin;
 pub mod run;
 mod serve;
@@ -33,7 +34,8 @@ pub const EXIT_CONFIG: u8 = 2;
 /// fvhost runs continuous dataflows whose sources, steps and sinks are
 /// WebAssembly components, with native DataFusion SQL stages in between.
 ///
-/// Start with `fvhost run examples/quickstart/topology.toml`.
+/// Start with `fvhost run examples/quickstart/topology.toml`; a topology may
+/// also be a file of SQL statements (`fvhost run examples/nexmark/q2.sql`).
 #[derive(Parser)]
 #[command(name = "fvhost", version, about, long_about = None, after_help = "\
 Exit codes: 0 = finished or stopped on request, 1 = runtime failure, 2 = configuration error (nothing ran).\n\
@@ -67,6 +69,11 @@ pub enum Command {
     /// Check a topology without running it: syntax, keys, inputs, cycles,
     /// plugins and their configs, SQL against the input schemas.
     Validate(validate::ValidateArgs),
+    /// Show what a topology means once planned: each source with the
+    /// columns and filters it is asked for, each stage with the operator or
+    /// plugin that runs it, its key and parallelism, each sink — and, for a
+    /// `.sql` file, the TOML topology its statements translate to.
+    Explain(explain::ExplainArgs),
     /// Print the status record of a run (running or ended) from its state
     /// directory: state, heartbeat, last committed epoch, rows per stage —
     /// or, with `--server`, of a topology hosted by `fvhost serve`.
@@ -164,6 +171,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args, cache_dir),
         Command::Validate(args) => validate::validate(args, cache_dir),
+        Command::Explain(args) => explain::explain(args, cache_dir),
         Command::Status(args) => status::status(args),
         Command::Submit { topology, server } => server::submit(&topology, &server),
         Command::Ls { server } => server::ls(&server),

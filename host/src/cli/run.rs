@@ -20,7 +20,9 @@ use super::{EXIT_CONFIG, EXIT_RUNTIME, PluginResolution, engine, load_and_plan};
 /// The arguments of `fvhost run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The topology file.
+    /// The topology file: TOML, or SQL statements when its name ends in
+    /// `.sql` (CREATE TABLE … WITH ('connector' = …), CREATE VIEW,
+    /// INSERT INTO … SELECT, SET 'key' = value).
     pub topology: PathBuf,
     /// Directory for the run's checkpoints (manifests); a run resumes
     /// from the newest one found here [default: ./.fvhost/<topology name>].

@@ -68,6 +68,13 @@ pub fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
 
 /// `fvhost submit`.
 pub fn submit(topology: &Path, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+    if fvhost::topology::is_sql(topology) {
+        anyhow::bail!(
+            "{} is a SQL topology: `fvhost serve` hosts TOML topologies for now; run it with `fvhost run {}`",
+            topology.display(),
+            topology.display()
+        );
+    }
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
     Ok(print_answer(server.client()?.post(

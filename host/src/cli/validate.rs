@@ -10,7 +10,9 @@ use super::{PluginResolution, engine, load_and_plan};
 /// The arguments of `fvhost validate`.
 #[derive(clap::Args)]
 pub struct ValidateArgs {
-    /// The topology file.
+    /// The topology file: TOML, or SQL statements when its name ends in
+    /// `.sql` (CREATE TABLE … WITH ('connector' = …), CREATE VIEW,
+    /// INSERT INTO … SELECT, SET 'key' = value).
     pub topology: PathBuf,
     #[command(flatten)]
     pub plugins: PluginResolution,

@@ -367,6 +367,26 @@ pub struct ColumnFilter {
     pub value: Literal,
 }
 
+impl std::fmt::Display for ColumnFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let op = match self.op {
+            Comparison::Eq => "=",
+            Comparison::NotEq => "<>",
+            Comparison::Lt => "<",
+            Comparison::LtEq => "<=",
+            Comparison::Gt => ">",
+            Comparison::GtEq => ">=",
+        };
+        write!(f, "{} {op} ", self.column)?;
+        match &self.value {
+            Literal::Int(i) => write!(f, "{i}"),
+            Literal::Float(x) => write!(f, "{x}"),
+            Literal::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            Literal::Boolean(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// A comparison in a [`ColumnFilter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Comparison {

@@ -40,6 +40,9 @@ pub struct PlannedSource {
     pub schema: SchemaRef,
     /// Event time: the column index, the watermark lag, the idle timeout.
     pub event_time: Option<SourceEventTime>,
+    /// The row filters the source was offered (it may skip data with them;
+    /// the stages still apply them).
+    pub filters: Vec<crate::plugin::ColumnFilter>,
 }
 
 /// A source's event time, checked against its schema.
@@ -248,6 +251,9 @@ impl<'a> Planner<'a> {
             let Some(schema) = tasks.first().map(SourceInstance::schema) else {
                 continue;
             };
+            if !self.declared_columns_present(&key, node, &schema) {
+                continue;
+            }
             let event_time = match &node.event_time {
                 None => None,
                 Some(wanted) => match self.source_event_time(&key, wanted, &schema) {
@@ -261,9 +267,45 @@ impl<'a> Planner<'a> {
                 tasks,
                 schema,
                 event_time,
+                filters: Vec::new(),
             });
         }
         sources
+    }
+
+    /// Check the columns a SQL `CREATE TABLE` declares against the schema
+    /// its plugin produces: each must be there, of a type its SQL type
+    /// names. Every mismatch is reported; `false` if there was one.
+    fn declared_columns_present(
+        &mut self,
+        key: &str,
+        node: &crate::topology::SourceNode,
+        schema: &SchemaRef,
+    ) -> bool {
+        let mut ok = true;
+        for column in &node.declared_columns {
+            let message = match schema.field_with_name(&column.name) {
+                Err(_) => format!(
+                    "table `{}` declares column `{}`, which its connector does not produce (it produces: {})",
+                    node.name,
+                    column.name,
+                    column_names(schema)
+                ),
+                Ok(field) if !sql_type_admits(&column.sql_type, field.data_type()) => format!(
+                    "table `{}` declares `{} {}`, and its connector produces `{}` as {}",
+                    node.name,
+                    column.name,
+                    column.sql_type,
+                    column.name,
+                    field.data_type()
+                ),
+                Ok(_) => continue,
+            };
+            ok = false;
+            self.errors
+                .push(self.topology.source_map.at_key(key, message));
+        }
+        ok
     }
 
     /// Check a source's `watermark.column` against the schema its plugin
@@ -543,6 +585,7 @@ impl Planner<'_> {
             if refused {
                 continue;
             }
+            source.filters = request.filters.clone();
             if let (Some(event_time), Some(name)) = (&mut source.event_time, time_column)
                 && let Ok(i) = source.schema.index_of(&name)
             {
@@ -982,5 +1025,41 @@ impl Planner<'_> {
             }
         };
         self.errors.push(d);
+    }
+}
+
+/// Whether a column of Arrow type `data_type` may be declared with SQL type
+/// `sql_type` (`BIGINT`, `VARCHAR(20)`, `TIMESTAMP(3)`): by family, not
+/// width; a type name this does not know admits anything.
+fn sql_type_admits(sql_type: &str, data_type: &DataType) -> bool {
+    let name = sql_type
+        .split(['(', ' '])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    match name.as_str() {
+        "TINYINT" | "SMALLINT" | "INT" | "INTEGER" | "BIGINT" => data_type.is_integer(),
+        "FLOAT" | "REAL" | "DOUBLE" | "DECIMAL" | "NUMERIC" => {
+            data_type.is_floating()
+                || matches!(
+                    data_type,
+                    DataType::Decimal128(..) | DataType::Decimal256(..)
+                )
+        }
+        "VARCHAR" | "STRING" | "CHAR" | "TEXT" => matches!(
+            data_type,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ),
+        "BOOLEAN" | "BOOL" => matches!(data_type, DataType::Boolean),
+        "TIMESTAMP" | "TIMESTAMP_LTZ" => matches!(data_type, DataType::Timestamp(..)),
+        "DATE" => matches!(data_type, DataType::Date32 | DataType::Date64),
+        "BYTES" | "BINARY" | "VARBINARY" | "BYTEA" => matches!(
+            data_type,
+            DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+                | DataType::FixedSizeBinary(_)
+        ),
+        _ => true,
     }
 }

@@ -76,6 +76,10 @@ impl StatelessQuery {
             predicate = Some(filter.predicate.clone());
             input = filter.input.as_ref();
         }
+        // `FROM input AS b`: the expressions name `b.col`, so they are bound
+        // to the alias's schema (the same columns, in the same order, as the
+        // scan under it).
+        let named = input;
         while let LogicalPlan::SubqueryAlias(alias) = input {
             input = alias.input.as_ref();
         }
@@ -102,7 +106,7 @@ impl StatelessQuery {
                 )));
             }
         }
-        let df_schema = input.schema();
+        let df_schema = named.schema();
         let physical = |e: &datafusion::logical_expr::Expr| {
             state
                 .create_physical_expr(e.clone(), df_schema)
@@ -305,6 +309,20 @@ mod tests {
             .downcast_ref::<Float64Array>()
             .expect("float");
         assert_eq!(half.values(), &[75.0, 125.0]);
+    }
+
+    #[test]
+    fn columns_qualified_by_an_alias_of_the_input_resolve() {
+        let b = bids();
+        for sql in [
+            "SELECT B.auction, b.price FROM bids AS B WHERE B.price > 100",
+            "SELECT x.auction, x.price FROM \"bids\" x WHERE x.price > 100",
+        ] {
+            let q = StatelessQuery::plan(sql, "bids", b.schema()).expect(sql);
+            let out = q.evaluate(&b).expect("eval");
+            assert_eq!(out.num_rows(), 2, "{sql}");
+            assert_eq!(out.schema().field(0).name(), "auction", "{sql}");
+        }
     }
 
     #[test]

@@ -212,10 +212,15 @@ fn check_windows_have_watermarks(t: &Topology, errors: &mut Vec<super::Diagnosti
                 ),
                 _ => ("window", "a window fires when the watermark passes its end"),
             };
+            let add = if super::is_sql(&t.file) {
+                "`WATERMARK FOR <timestamp column> AS <column> - INTERVAL '…' SECOND` in the column list of"
+            } else {
+                "`watermark = { column = \"<timestamp column>\", delay = \"…\" }` to"
+            };
             errors.push(t.source_map.at_key(
                 &format!("stages.{}.{field}", stage.name),
                 format!(
-                    "{what}, but source(s) {} upstream declare no watermark; add `watermark = {{ column = \"<timestamp column>\", delay = \"…\" }}` to {}",
+                    "{what}, but source(s) {} upstream declare no watermark; add {add} {}",
                     names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
                     if names.len() == 1 { "it" } else { "each" }
                 ),

@@ -11,6 +11,7 @@ mod diagnostic;
 mod graph;
 pub(crate) mod raw;
 mod raw_stateful;
+pub(crate) mod sql_file;
 mod stateful;
 mod units;
 
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
 pub use raw::Confinement;
+pub use sql_file::DeclaredColumn;
 pub use stateful::{JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec};
 pub use units::{
     format_size, parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size,
@@ -57,6 +59,9 @@ pub struct SourceNode {
     pub parallelism: u32,
     /// How its rows carry event time (and so its watermarks), if they do.
     pub event_time: Option<EventTime>,
+    /// The columns a SQL `CREATE TABLE` declares for it (empty from TOML):
+    /// the planner checks each against what the plugin produces.
+    pub declared_columns: Vec<DeclaredColumn>,
 }
 
 /// `watermark = { column = "…", delay = "…", idle_timeout = "…" }`
@@ -381,6 +386,9 @@ pub struct Topology {
     pub dead_letter: Option<String>,
     /// Positions of keys, for later diagnostics.
     pub source_map: std::sync::Arc<SourceMap>,
+    /// For a SQL file: the TOML topology its statements translate to
+    /// (what `fvhost explain` shows).
+    pub translated: Option<String>,
 }
 
 impl Topology {
@@ -459,8 +467,14 @@ impl Topology {
     }
 
     /// Parse and check topology text that came from `path`.
+    /// A file ending in `.sql` holds SQL statements (`CREATE TABLE`,
+    /// `CREATE VIEW`, `INSERT INTO`, `SET`), any other TOML.
     pub fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
-        let topology = raw::parse(path, text, None)?;
+        let topology = if is_sql(path) {
+            raw::parse_sql(path, text, None)?
+        } else {
+            raw::parse(path, text, None)?
+        };
         graph::check(topology)
     }
 
@@ -472,7 +486,11 @@ impl Topology {
         text: &str,
         confinement: &Confinement,
     ) -> Result<Topology, Diagnostics> {
-        let topology = raw::parse(path, text, Some(confinement))?;
+        let topology = if is_sql(path) {
+            raw::parse_sql(path, text, Some(confinement))?
+        } else {
+            raw::parse(path, text, Some(confinement))?
+        };
         graph::check(topology)
     }
 
@@ -490,6 +508,12 @@ impl Topology {
             .map(|s| s.name.as_str())
             .chain(self.stages.iter().map(|s| s.name.as_str()))
     }
+}
+
+/// Whether a topology file holds SQL statements (its name ends in `.sql`).
+pub fn is_sql(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("sql"))
 }
 
 #[cfg(test)]

@@ -227,7 +227,64 @@ pub(super) fn parse(
     confinement: Option<&Confinement>,
 ) -> Result<Topology, Diagnostics> {
     let map = source_map(path, text);
-    let raw = read_document(text, &map)?;
+    let raw = read_document(text, &map, |_| None)?;
+    read_topology(path, text, raw, map, confinement)
+}
+
+/// Parse a SQL topology file: its statements become the document a TOML
+/// file is (see `sql_file`), read and checked the same way, every finding
+/// placed at the statement it came from.
+pub(super) fn parse_sql(
+    path: &Path,
+    text: &str,
+    confinement: Option<&Confinement>,
+) -> Result<Topology, Diagnostics> {
+    let sql_map = |keys| Arc::new(SourceMap::new(path.to_path_buf(), text, keys));
+    let translation = super::sql_file::translate(text).map_err(|problems| {
+        let map = sql_map(Vec::new());
+        Diagnostics(
+            problems
+                .into_iter()
+                .map(|p| match p.offset {
+                    Some(offset) => map.at_offset(offset, None, p.message),
+                    None => map.whole_file(p.message),
+                })
+                .collect(),
+        )
+    })?;
+    let map = sql_map(translation.keys);
+    // A finding of the TOML reader sits at an offset of the generated
+    // text: the generated key there names the statement it came from.
+    let mut generated = Vec::new();
+    if let Ok(table) = &DeTable::parse(&translation.toml) {
+        index_keys(table.get_ref(), "", &mut generated);
+    }
+    let raw = read_document(&translation.toml, &map, |offset| {
+        generated
+            .iter()
+            .filter(|(_, at)| *at <= offset)
+            .max_by_key(|(_, at)| *at)
+            .map(|(key, _)| key.clone())
+    })?;
+    let mut topology = read_topology(path, text, raw, map, confinement)?;
+    topology.translated = Some(translation.toml);
+    for source in &mut topology.sources {
+        if let Some(columns) = translation.declared_columns.get(&source.name) {
+            source.declared_columns = columns.clone();
+        }
+    }
+    Ok(topology)
+}
+
+/// The checked nodes of a document read from `text` (the file's text,
+/// whose digest every manifest records).
+fn read_topology(
+    path: &Path,
+    text: &str,
+    raw: RawTopology,
+    map: Arc<SourceMap>,
+    confinement: Option<&Confinement>,
+) -> Result<Topology, Diagnostics> {
     let dir = topology_dir(path);
     let mut errors = Vec::new();
     let name = topology_name(path, raw.name.as_deref(), &map, &mut errors);
@@ -272,6 +329,7 @@ pub(super) fn parse(
         tables,
         dead_letter: raw.dead_letter,
         source_map: map,
+        translated: None,
     })
 }
 
@@ -287,11 +345,18 @@ fn source_map(path: &Path, text: &str) -> Arc<SourceMap> {
 
 /// Deserialize the whole file; a syntax error or an unknown key stops
 /// here, since no node can be checked without the document.
-fn read_document(text: &str, map: &SourceMap) -> Result<RawTopology, Diagnostics> {
+fn read_document(
+    text: &str,
+    map: &SourceMap,
+    key_at: impl Fn(usize) -> Option<String>,
+) -> Result<RawTopology, Diagnostics> {
     toml::from_str(text).map_err(|e| {
         let message = e.message().to_string();
         let d = match e.span() {
-            Some(span) => map.at_offset(span.start, None, message),
+            Some(span) => match key_at(span.start) {
+                Some(key) => map.at_key(&key, message),
+                None => map.at_offset(span.start, None, message),
+            },
             None => map.whole_file(message),
         };
         Diagnostics(vec![d])
@@ -453,6 +518,7 @@ fn read_source(
         plugin,
         parallelism,
         event_time,
+        declared_columns: Vec::new(),
     })
 }
 

@@ -1,0 +1,942 @@
+//! Queries planned onto the native stages, one SELECT at a time:
+//!
+//! - `SELECT <expressions> FROM t [WHERE …]` is a SQL stage (DataFusion
+//!   expressions, predicates pushed to sources as for any SQL stage);
+//!   `SELECT * FROM t` is `t` itself;
+//! - `FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time), size))` or
+//!   `TABLE(HOP(TABLE t, DESCRIPTOR(time), slide, size))` (or RisingWave's
+//!   `TUMBLE(t, time, size)`) with `GROUP BY window_start, window_end, k…`
+//!   is a window stage keyed by `k…` whose aggregates are the select
+//!   list's; a `WHERE` becomes a SQL stage before it, and whatever the
+//!   select list computes from the groups (and `HAVING`) a SQL stage after;
+//! - `FROM (SELECT …) AS x` plans the subquery first, `FROM view` the view.
+//!
+//! An INSERT into a table with a column list names the query's columns by
+//! position. Everything else is refused here with the construct named.
+//! This module never checks a column: the planner does, at the position
+//! recorded for each stage.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr,
+    Ident, Query, Select, SelectItem, SetExpr, Spanned, TableAlias, TableFactor,
+    visit_expressions_mut,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::{SqlProblem, Translator, values};
+
+/// The aggregates a window stage computes.
+const AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "first_value",
+    "last_value",
+];
+
+/// The columns a window stage adds before its keys.
+pub(super) const WINDOW_COLUMNS: [&str; 2] = ["window_start", "window_end"];
+
+/// The window a GROUP BY groups by: a window table function's
+/// (`TUMBLE`, `HOP`), or a session from the group-window syntax.
+pub(super) enum WindowShape {
+    /// Tumbling (`size == slide`) or hopping windows.
+    Sliding {
+        time: String,
+        size_ms: u64,
+        slide_ms: u64,
+    },
+    /// Sessions: rows closer than `gap_ms` per key.
+    Session { time: String, gap_ms: u64 },
+}
+
+/// A window table function call: which, over what, how long.
+pub(super) struct WindowCall {
+    pub input: String,
+    pub time: String,
+    pub size_ms: u64,
+    pub slide_ms: u64,
+}
+
+impl Translator<'_> {
+    /// Plan `query` into stages named from `name` (the last one is called
+    /// `name` when a stage is needed at all); returns the node whose output
+    /// is the query's result.
+    pub(super) fn plan_query(
+        &mut self,
+        query: &Query,
+        name: &str,
+        rename: Option<&[Ident]>,
+    ) -> Result<String, SqlProblem> {
+        let at = self.positions.offset(query.span().start);
+        let mut query = query.clone();
+        flink_functions(&mut query);
+        let query = &query;
+        let refuse = |what: &str, advice: &str| SqlProblem {
+            offset: at,
+            message: format!("{what} is not planned from SQL: {advice}"),
+        };
+        if query.with.is_some() {
+            return Err(refuse(
+                "WITH (a common table expression)",
+                "name the query with CREATE VIEW",
+            ));
+        }
+        if query.order_by.is_some() || query.limit_clause.is_some() || query.fetch.is_some() {
+            return Err(refuse(
+                "ORDER BY / LIMIT over a stream",
+                "an unbounded input never ends to be sorted; rank rows per window in a TOML `top_n` stage",
+            ));
+        }
+        let select = match query.body.as_ref() {
+            SetExpr::Select(select) => select.as_ref().clone(),
+            SetExpr::Query(inner) => return self.plan_query(inner, name, rename),
+            other => {
+                let what = match other {
+                    SetExpr::SetOperation { op, .. } => format!("{op}"),
+                    SetExpr::Values(_) => "VALUES".to_string(),
+                    _ => "this query form".to_string(),
+                };
+                return Err(refuse(
+                    &what,
+                    "write one SELECT per INSERT; several INSERTs into one table merge their rows",
+                ));
+            }
+        };
+        if select.distinct.is_some() {
+            return Err(refuse(
+                "SELECT DISTINCT over a stream",
+                "group rows per window: GROUP BY window_start, window_end, … over TABLE(TUMBLE(…))",
+            ));
+        }
+        let [from] = select.from.as_slice() else {
+            return Err(refuse(
+                if select.from.is_empty() {
+                    "a SELECT without FROM"
+                } else {
+                    "a comma join"
+                },
+                "read one table or view per SELECT",
+            ));
+        };
+        if !from.joins.is_empty() {
+            return Err(refuse(
+                "JOIN",
+                "joins are TOML `join` stages for now (interval and window joins)",
+            ));
+        }
+        let relation = from.relation.clone();
+        // A window table function: Flink's `TABLE(HOP(…))`, or `HOP(…)`.
+        let window = match &relation {
+            TableFactor::TableFunction {
+                expr: Expr::Function(f),
+                alias,
+            } => Some((f.name.to_string(), function_args(f), alias.clone())),
+            TableFactor::Table {
+                name: function,
+                args: Some(args),
+                alias,
+                ..
+            } => Some((function.to_string(), args.args.clone(), alias.clone())),
+            TableFactor::Function {
+                name: function,
+                args,
+                alias,
+                ..
+            } => Some((function.to_string(), args.clone(), alias.clone())),
+            _ => None,
+        };
+        if let Some((function, args, alias)) = window {
+            let call = self.window_call(&function, args, at)?;
+            let group = tvf_grouping(&select, at)?;
+            return self.plan_window(
+                select,
+                call.input.clone(),
+                call.shape(),
+                group,
+                alias,
+                name,
+                rename,
+                at,
+            );
+        }
+        match &relation {
+            TableFactor::Table {
+                name: table,
+                args: None,
+                alias,
+                ..
+            } => {
+                let input = self.resolve(
+                    &table.to_string(),
+                    self.positions.offset(table.span().start),
+                )?;
+                self.plan_select(select, input, alias.clone(), name, rename, at)
+            }
+            TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                if let Some(planned) =
+                    self.plan_top_n(&select, subquery, alias.clone(), name, rename, at)
+                {
+                    return planned;
+                }
+                let inner = self.fresh_name(&format!("{name}_from"));
+                let input = self.plan_query(subquery, &inner, None)?;
+                self.plan_select(select, input, alias.clone(), name, rename, at)
+            }
+            other => Err(refuse(
+                &format!("FROM {other}"),
+                "read a table, a view, a subquery or TABLE(TUMBLE/HOP(…))",
+            )),
+        }
+    }
+
+    /// The node a table or view name reads: a table becomes a source, a
+    /// view is planned (once).
+    pub(super) fn resolve(&mut self, name: &str, at: Option<usize>) -> Result<String, SqlProblem> {
+        let name = name.trim_matches('"').to_string();
+        if let Some(node) = self.planned_views.get(&name) {
+            return Ok(node.clone());
+        }
+        if let Some((_, query)) = self.views.get(&name).cloned() {
+            if !self.planning.insert(name.clone()) {
+                return Err(SqlProblem {
+                    offset: at,
+                    message: format!("view `{name}` reads itself"),
+                });
+            }
+            let node = self.plan_query(&query, &name, None);
+            self.planning.remove(&name);
+            let node = node?;
+            self.planned_views.insert(name, node.clone());
+            return Ok(node);
+        }
+        if self.tables.contains_key(&name) {
+            self.uses
+                .entry(name.clone())
+                .or_default()
+                .read_at
+                .get_or_insert(at.unwrap_or(0));
+            return Ok(name);
+        }
+        let mut known: Vec<&str> = self
+            .tables
+            .keys()
+            .chain(self.views.keys())
+            .map(String::as_str)
+            .collect();
+        known.sort_unstable();
+        Err(SqlProblem {
+            offset: at,
+            message: format!(
+                "no table or view named `{name}` (declared: {}); declare it with CREATE TABLE {name} (…) WITH ('connector' = …)",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        })
+    }
+
+    /// A projection and filter over one input: a SQL stage.
+    fn plan_select(
+        &mut self,
+        mut select: Select,
+        input: String,
+        alias: Option<TableAlias>,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        if let Some((shape, keys)) = group_window(&select, at)? {
+            return self.plan_window(select, input, shape, keys, alias, name, rename, at);
+        }
+        let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+        if grouped || select.having.is_some() {
+            return Err(SqlProblem {
+                offset: at,
+                message: "GROUP BY over a stream needs a window: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time_col), INTERVAL '10' SECOND)) … GROUP BY window_start, window_end, …".into(),
+            });
+        }
+        let everything = matches!(select.projection.as_slice(), [SelectItem::Wildcard(_)]);
+        if everything && select.selection.is_none() && rename.is_none() {
+            return Ok(input);
+        }
+        select.from[0].relation = table_factor(&input, alias, at)?;
+        if let Some(columns) = rename {
+            rename_items(&mut select.projection, columns, at)?;
+        }
+        self.add_sql_stage(name, &input, &select, at)?;
+        Ok(name.to_string())
+    }
+
+    /// `stages.<name> = { input = [input], sql = "…" }`.
+    pub(super) fn add_sql_stage(
+        &mut self,
+        name: &str,
+        input: &str,
+        select: &Select,
+        at: Option<usize>,
+    ) -> Result<(), SqlProblem> {
+        self.add_stage(
+            name,
+            input,
+            vec![("sql", toml::Value::String(select.to_string()))],
+            at,
+        )
+    }
+
+    /// `stages.<name> = { input = [input], <fields> }`, every key placed at
+    /// `at` (the query it was planned from).
+    pub(super) fn add_stage(
+        &mut self,
+        name: &str,
+        input: &str,
+        fields: Vec<(&str, toml::Value)>,
+        at: Option<usize>,
+    ) -> Result<(), SqlProblem> {
+        self.doc.mark(format!("stages.{name}"), at);
+        let input = toml::Value::Array(vec![toml::Value::String(input.to_string())]);
+        for (field, value) in std::iter::once(("input", input)).chain(fields) {
+            let key = ["stages", name, field].map(str::to_string);
+            self.doc
+                .set(&key, value, at)
+                .map_err(|message| SqlProblem {
+                    offset: at,
+                    message,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Read `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`.
+    pub(super) fn window_call(
+        &mut self,
+        function: &str,
+        args: Vec<FunctionArg>,
+        at: Option<usize>,
+    ) -> Result<WindowCall, SqlProblem> {
+        let kind = function.to_ascii_uppercase();
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        let usage = match kind.as_str() {
+            "TUMBLE" => "TUMBLE(TABLE t, DESCRIPTOR(time_col), INTERVAL '10' SECOND)",
+            "HOP" => {
+                "HOP(TABLE t, DESCRIPTOR(time_col), INTERVAL '2' SECOND /* slide */, INTERVAL '10' SECOND /* size */)"
+            }
+            "SESSION" => {
+                return Err(problem(
+                    "the SESSION table function is not planned from SQL yet; group by a session instead: GROUP BY SESSION(time_col, INTERVAL '10' SECOND), key…".into(),
+                ));
+            }
+            "CUMULATE" => {
+                return Err(problem(
+                    "CUMULATE windows are not planned from SQL yet; TUMBLE and HOP are".into(),
+                ));
+            }
+            _ => {
+                return Err(problem(format!(
+                    "`{function}` is not a table function fvhost knows; FROM takes TABLE(TUMBLE(…)) or TABLE(HOP(…))"
+                )));
+            }
+        };
+        let exprs: Vec<Expr> = args
+            .into_iter()
+            .map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+                other => Err(problem(format!("`{other}` in {kind}(…): write {usage}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        let intervals = if kind == "TUMBLE" { 1 } else { 2 };
+        if exprs.len() != 2 + intervals {
+            return Err(problem(format!(
+                "{kind} takes {} arguments (an offset is not supported): {usage}",
+                2 + intervals
+            )));
+        }
+        let table = match &exprs[0] {
+            Expr::Identifier(id) => id.value.clone(),
+            other => {
+                return Err(problem(format!(
+                    "`{other}`: {kind}'s first argument is a table or view name: {usage}"
+                )));
+            }
+        };
+        let time = match &exprs[1] {
+            Expr::Identifier(id) => id.value.clone(),
+            Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
+                match function_args(f).as_slice() {
+                    [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(id)))] => {
+                        id.value.clone()
+                    }
+                    _ => {
+                        return Err(problem(format!(
+                            "`{f}`: DESCRIPTOR names one event-time column"
+                        )));
+                    }
+                }
+            }
+            other => {
+                return Err(problem(format!(
+                    "`{other}`: {kind}'s second argument is the event-time column, DESCRIPTOR(col): {usage}"
+                )));
+            }
+        };
+        let mut millis = Vec::new();
+        for e in &exprs[2..] {
+            match e {
+                Expr::Interval(i) => millis.push(values::interval_millis(i).map_err(&problem)?),
+                other => return Err(problem(format!("`{other}` is not an interval: {usage}"))),
+            }
+        }
+        let (slide_ms, size_ms) = match millis.as_slice() {
+            [size] => (*size, *size),
+            [slide, size] => (*slide, *size),
+            _ => return Err(problem(usage.to_string())),
+        };
+        let input = self.resolve(&table, self.positions.offset(exprs[0].span().start).or(at))?;
+        Ok(WindowCall {
+            input,
+            time,
+            size_ms,
+            slide_ms,
+        })
+    }
+
+    /// A windowed GROUP BY: an optional filter stage, the window stage, and
+    /// a SQL stage for what the select list computes from the groups.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_window(
+        &mut self,
+        select: Select,
+        input: String,
+        shape: WindowShape,
+        keys: Vec<String>,
+        alias: Option<TableAlias>,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        // The aggregates of the select list and HAVING, each computed once
+        // by the window stage under an alias the later stage reads.
+        let mut projection = select.projection.clone();
+        let mut having = select.having.clone();
+        for item in &mut projection {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                window_bounds(e);
+            }
+        }
+        if let Some(h) = &mut having {
+            window_bounds(h);
+        }
+        let mut aggregates: Vec<(String, String, Option<usize>)> = Vec::new();
+        // The columns the aggregates read (a filter before the window
+        // passes on only these, the time and the keys).
+        let mut arguments: Vec<String> = Vec::new();
+        let mut direct_aliases = Vec::new();
+        for item in &projection {
+            if let SelectItem::ExprWithAlias {
+                expr: Expr::Function(f),
+                alias,
+            } = item
+                && is_aggregate(f)
+            {
+                direct_aliases.push((f.to_string(), alias.value.clone()));
+            }
+        }
+        let positions = self.positions;
+        let mut collect = |expr: &mut Expr| {
+            let _ = visit_expressions_mut(expr, |e| {
+                if let Expr::Function(f) = e
+                    && is_aggregate(f)
+                {
+                    let text = f.to_string();
+                    let alias = match aggregates.iter().find(|(t, _, _)| *t == text) {
+                        Some((_, alias, _)) => alias.clone(),
+                        None => {
+                            let alias = direct_aliases
+                                .iter()
+                                .find(|(t, a)| {
+                                    *t == text && !aggregates.iter().any(|(_, b, _)| b == a)
+                                })
+                                .map(|(_, a)| a.clone())
+                                .unwrap_or_else(|| format!("agg_{}", aggregates.len()));
+                            if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] =
+                                function_args(f).as_slice()
+                                && let Some(column) = column_of(arg)
+                            {
+                                arguments.push(column);
+                            }
+                            aggregates.push((
+                                text,
+                                alias.clone(),
+                                positions.offset(f.span().start),
+                            ));
+                            alias
+                        }
+                    };
+                    *e = Expr::Identifier(Ident::with_quote('"', alias));
+                }
+                ControlFlow::<()>::Continue(())
+            });
+        };
+        for item in &mut projection {
+            match item {
+                SelectItem::UnnamedExpr(e) => {
+                    let original = e.to_string();
+                    collect(e);
+                    // Keep the column name the aggregate would have had.
+                    if e.to_string() != original && matches!(e, Expr::Identifier(_)) {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: Ident::with_quote('"', original),
+                        };
+                    }
+                }
+                SelectItem::ExprWithAlias { expr, .. }
+                | SelectItem::ExprWithAliases { expr, .. } => collect(expr),
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {}
+            }
+        }
+        if let Some(h) = &mut having {
+            collect(h);
+        }
+        if aggregates.is_empty() {
+            return Err(problem(
+                "a windowed GROUP BY computes at least one aggregate (count(*), sum(col), …)"
+                    .into(),
+            ));
+        }
+        // Filter first, then window.
+        let mut input = input;
+        if let Some(condition) = &select.selection {
+            let filter_name = self.fresh_name(&format!("{name}_where"));
+            let mut filter = select.clone();
+            // Only what the window reads, so sources are asked for no more.
+            let time = match &shape {
+                WindowShape::Sliding { time, .. } | WindowShape::Session { time, .. } => time,
+            };
+            let mut columns: Vec<&String> = Vec::new();
+            for c in std::iter::once(time).chain(&keys).chain(&arguments) {
+                if !columns.contains(&c) {
+                    columns.push(c);
+                }
+            }
+            filter.projection = columns
+                .into_iter()
+                .map(|c| {
+                    SelectItem::UnnamedExpr(Expr::Identifier(Ident::with_quote('"', c.clone())))
+                })
+                .collect();
+            filter.from[0].relation = table_factor(&input, alias.clone(), at)?;
+            filter.from[0].joins.clear();
+            filter.selection = Some(condition.clone());
+            filter.group_by = GroupByExpr::Expressions(vec![], vec![]);
+            filter.having = None;
+            self.add_sql_stage(&filter_name, &input, &filter, at)?;
+            input = filter_name;
+        }
+        let output: Vec<String> = WINDOW_COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(keys.iter().cloned())
+            .chain(aggregates.iter().map(|(_, a, _)| a.clone()))
+            .collect();
+        let exact = rename.is_none()
+            && having.is_none()
+            && projection.len() == output.len()
+            && projection
+                .iter()
+                .zip(&output)
+                .all(|(item, want)| match item {
+                    SelectItem::UnnamedExpr(Expr::Identifier(id)) => id.value == *want,
+                    SelectItem::ExprWithAlias {
+                        expr: Expr::Identifier(id),
+                        alias,
+                    } => id.value == *want && alias.value == *want,
+                    _ => false,
+                });
+        let window_name = if exact {
+            name.to_string()
+        } else {
+            self.fresh_name(&format!("{name}_window"))
+        };
+        let mut window = toml::Table::new();
+        let (field, slide) = match shape {
+            WindowShape::Sliding {
+                time,
+                size_ms,
+                slide_ms,
+            } => {
+                window.insert("time".into(), toml::Value::String(time));
+                window.insert("size".into(), toml::Value::String(format!("{size_ms}ms")));
+                window.insert("slide".into(), toml::Value::String(format!("{slide_ms}ms")));
+                ("window", Some(slide_ms))
+            }
+            WindowShape::Session { time, gap_ms } => {
+                window.insert("time".into(), toml::Value::String(time));
+                window.insert("gap".into(), toml::Value::String(format!("{gap_ms}ms")));
+                ("session", None)
+            }
+        };
+        let texts = aggregates
+            .iter()
+            .map(|(text, alias, _)| toml::Value::String(format!("{text} AS \"{alias}\"")))
+            .collect();
+        self.add_stage(
+            &window_name,
+            &input,
+            vec![
+                (field, toml::Value::Table(window)),
+                ("key", strings(keys)),
+                ("aggregates", toml::Value::Array(texts)),
+            ],
+            at,
+        )?;
+        for (i, (_, _, offset)) in aggregates.iter().enumerate() {
+            self.doc.mark(
+                format!("stages.{window_name}.aggregates.{i}"),
+                offset.or(at),
+            );
+        }
+        if let Some(slide) = slide {
+            self.windowed.insert(window_name.clone(), slide);
+        }
+        if exact {
+            return Ok(window_name);
+        }
+        let keeps_window_end = after_keeps_window_end(&projection);
+        let mut after = select;
+        after.projection = projection;
+        after.from[0].relation = table_factor(&window_name, alias, at)?;
+        after.selection = having;
+        after.group_by = GroupByExpr::Expressions(vec![], vec![]);
+        after.having = None;
+        if let Some(columns) = rename {
+            rename_items(&mut after.projection, columns, at)?;
+        }
+        self.add_sql_stage(name, &window_name, &after, at)?;
+        if let Some(slide) = slide
+            && keeps_window_end
+            && rename.is_none_or(|r| r.iter().any(|c| c.value == "window_end"))
+        {
+            self.windowed.insert(name.to_string(), slide);
+        }
+        Ok(name.to_string())
+    }
+}
+
+impl WindowCall {
+    fn shape(&self) -> WindowShape {
+        WindowShape::Sliding {
+            time: self.time.clone(),
+            size_ms: self.size_ms,
+            slide_ms: self.slide_ms,
+        }
+    }
+}
+
+/// A column of a GROUP BY or PARTITION BY (`k` or `t.k`).
+fn column_of(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(id) => Some(id.value.clone()),
+        Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()),
+        _ => None,
+    }
+}
+
+/// The keys of `GROUP BY window_start, window_end, k…` over a window table
+/// function.
+fn tvf_grouping(select: &Select, at: Option<usize>) -> Result<Vec<String>, SqlProblem> {
+    let problem = |message: String| SqlProblem {
+        offset: at,
+        message,
+    };
+    let group = match &select.group_by {
+        GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => exprs.clone(),
+        other => {
+            return Err(problem(format!(
+                "`{other}`: a windowed query groups by columns: GROUP BY window_start, window_end, key…"
+            )));
+        }
+    };
+    if group.is_empty() {
+        return Err(problem(
+            "a window table function without GROUP BY window_start, window_end is not planned from SQL yet, except under a ROW_NUMBER() top-N (window deduplication without a rank and window joins are TOML stages for now)".into(),
+        ));
+    }
+    let (window_columns, keys) = window_and_keys(&group, "GROUP BY").map_err(problem)?;
+    if window_columns != 2 {
+        return Err(problem("a windowed query groups by both window_start and window_end (and its keys): GROUP BY window_start, window_end, key…".into()));
+    }
+    Ok(keys)
+}
+
+/// Flink's group-window syntax: `GROUP BY SESSION(t, gap), k…` (or
+/// `TUMBLE(t, size)`, `HOP(t, slide, size)`) — the window and the keys;
+/// `None` when the GROUP BY holds no window function.
+fn group_window(
+    select: &Select,
+    at: Option<usize>,
+) -> Result<Option<(WindowShape, Vec<String>)>, SqlProblem> {
+    let problem = |message: String| SqlProblem {
+        offset: at,
+        message,
+    };
+    let GroupByExpr::Expressions(exprs, _) = &select.group_by else {
+        return Ok(None);
+    };
+    let mut shape = None;
+    let mut keys = Vec::new();
+    for e in exprs {
+        if let Expr::Function(f) = e {
+            let kind = f.name.to_string().to_ascii_uppercase();
+            if !["SESSION", "TUMBLE", "HOP"].contains(&kind.as_str()) {
+                return Err(problem(format!(
+                    "GROUP BY `{e}`: group by columns and one window (SESSION(t, gap), TUMBLE(t, size) or HOP(t, slide, size))"
+                )));
+            }
+            if shape.is_some() {
+                return Err(problem("a GROUP BY takes one window".into()));
+            }
+            let args: Vec<Expr> = function_args(f)
+                .into_iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                    _ => None,
+                })
+                .collect();
+            let usage = || {
+                problem(format!(
+                    "`{e}`: write SESSION(time_col, INTERVAL '10' SECOND), TUMBLE(time_col, size) or HOP(time_col, slide, size)"
+                ))
+            };
+            let Some(time) = args.first().and_then(column_of) else {
+                return Err(usage());
+            };
+            let mut millis = Vec::new();
+            for a in &args[1..] {
+                match a {
+                    Expr::Interval(i) => millis.push(values::interval_millis(i).map_err(&problem)?),
+                    _ => return Err(usage()),
+                }
+            }
+            shape = Some(match (kind.as_str(), millis.as_slice()) {
+                ("SESSION", [gap]) => WindowShape::Session { time, gap_ms: *gap },
+                ("TUMBLE", [size]) => WindowShape::Sliding {
+                    time,
+                    size_ms: *size,
+                    slide_ms: *size,
+                },
+                ("HOP", [slide, size]) => WindowShape::Sliding {
+                    time,
+                    size_ms: *size,
+                    slide_ms: *slide,
+                },
+                _ => return Err(usage()),
+            });
+        } else if let Some(column) = column_of(e) {
+            keys.push(column);
+        } else {
+            return Err(problem(format!(
+                "GROUP BY `{e}`: group by columns; compute `{e}` in a view first"
+            )));
+        }
+    }
+    Ok(shape.map(|s| (s, keys)))
+}
+
+/// `SESSION_START(t, gap)`, `TUMBLE_END(…)`, … (the group-window syntax's
+/// bounds) are the window stage's `window_start` and `window_end`.
+fn window_bounds(expr: &mut Expr) {
+    let _ = visit_expressions_mut(expr, |e| {
+        if let Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_uppercase();
+            let bound = ["SESSION", "TUMBLE", "HOP"].iter().find_map(|w| {
+                name.strip_prefix(w).and_then(|rest| match rest {
+                    "_START" => Some("window_start"),
+                    "_END" => Some("window_end"),
+                    _ => None,
+                })
+            });
+            if let Some(bound) = bound {
+                *e = Expr::Identifier(Ident::new(bound));
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// Whether a select list passes `window_end` on under its own name (a
+/// top-N may then rank its rows per window).
+fn after_keeps_window_end(items: &[SelectItem]) -> bool {
+    items.iter().any(|i| match i {
+        SelectItem::UnnamedExpr(Expr::Identifier(id)) => id.value == "window_end",
+        SelectItem::ExprWithAlias {
+            expr: Expr::Identifier(id),
+            alias,
+        } => id.value == "window_end" && alias.value == "window_end",
+        SelectItem::Wildcard(_) => true,
+        _ => false,
+    })
+}
+
+/// Flink's scalar functions that DataFusion spells otherwise, rewritten:
+/// `MOD(a, b)` is `a % b`.
+fn flink_functions(query: &mut Query) {
+    let _ = visit_expressions_mut(query, |e| {
+        if let Expr::Function(f) = e
+            && f.over.is_none()
+            && f.name.to_string().eq_ignore_ascii_case("MOD")
+            && let [
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(a)),
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(b)),
+            ] = function_args(f).as_slice()
+        {
+            *e = Expr::Nested(Box::new(Expr::BinaryOp {
+                left: Box::new(a.clone()),
+                op: BinaryOperator::Modulo,
+                right: Box::new(b.clone()),
+            }));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// Split a GROUP BY or PARTITION BY (`clause`) into how many of
+/// `window_start`/`window_end` it names and the other columns, its keys.
+pub(super) fn window_and_keys(
+    exprs: &[Expr],
+    clause: &str,
+) -> Result<(usize, Vec<String>), String> {
+    let mut keys = Vec::new();
+    let mut window_columns = 0;
+    for e in exprs {
+        let Some(column) = column_of(e) else {
+            return Err(format!(
+                "{clause} `{e}`: name columns; compute `{e}` in a view first"
+            ));
+        };
+        if WINDOW_COLUMNS
+            .iter()
+            .any(|w| w.eq_ignore_ascii_case(&column))
+        {
+            window_columns += 1;
+        } else {
+            keys.push(column);
+        }
+    }
+    Ok((window_columns, keys))
+}
+
+/// A TOML array of strings.
+pub(super) fn strings(items: Vec<String>) -> toml::Value {
+    toml::Value::Array(items.into_iter().map(toml::Value::String).collect())
+}
+
+/// Whether `f` is an aggregate a window stage computes (not a window
+/// function: those have OVER).
+fn is_aggregate(f: &Function) -> bool {
+    f.over.is_none()
+        && AGGREGATES
+            .iter()
+            .any(|a| f.name.to_string().eq_ignore_ascii_case(a))
+}
+
+pub(super) fn function_args(f: &Function) -> Vec<FunctionArg> {
+    match &f.args {
+        FunctionArguments::List(list) => list.args.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// `FROM "node" [AS alias]`, the relation of a generated stage (quoted:
+/// the SQL stage registers its input under the node's exact name).
+pub(super) fn table_factor(
+    node: &str,
+    alias: Option<TableAlias>,
+    at: Option<usize>,
+) -> Result<TableFactor, SqlProblem> {
+    let quoted = node.replace('"', "\"\"");
+    let parsed = Parser::new(&GenericDialect {})
+        .try_with_sql(&format!("SELECT * FROM \"{quoted}\""))
+        .and_then(|mut p| p.parse_query())
+        .map_err(|e| SqlProblem {
+            offset: at,
+            message: format!("naming node `{node}`: {e}"),
+        })?;
+    let SetExpr::Select(select) = *parsed.body else {
+        return Err(SqlProblem {
+            offset: at,
+            message: format!("naming node `{node}`"),
+        });
+    };
+    let mut relation = select
+        .from
+        .into_iter()
+        .next()
+        .map(|f| f.relation)
+        .ok_or_else(|| SqlProblem {
+            offset: at,
+            message: format!("naming node `{node}`"),
+        })?;
+    if let TableFactor::Table { alias: a, .. } = &mut relation {
+        *a = alias;
+    }
+    Ok(relation)
+}
+
+/// Name the select list's columns after a sink's, by position (a `*`
+/// keeps the names it has: they are matched by name then).
+pub(super) fn rename_items(
+    items: &mut [SelectItem],
+    columns: &[Ident],
+    at: Option<usize>,
+) -> Result<(), SqlProblem> {
+    if items.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return Ok(());
+    }
+    if items.len() != columns.len() {
+        return Err(SqlProblem {
+            offset: at,
+            message: format!(
+                "the query yields {} columns and the table it is inserted into declares {} ({}); they are matched by position",
+                items.len(),
+                columns.len(),
+                columns
+                    .iter()
+                    .map(|c| c.value.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    for (item, column) in items.iter_mut().zip(columns) {
+        let alias = Ident::with_quote('"', column.value.clone());
+        *item = match std::mem::replace(item, SelectItem::Wildcard(Default::default())) {
+            SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => {
+                SelectItem::ExprWithAlias { expr, alias }
+            }
+            other => other,
+        };
+    }
+    Ok(())
+}

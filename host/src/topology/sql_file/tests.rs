@@ -1,0 +1,380 @@
+//! The translation, statement by statement: the TOML each form becomes,
+//! and the position of every refusal.
+
+use super::*;
+
+fn toml_of(text: &str) -> toml::Table {
+    match translate(text) {
+        Ok(t) => match t.toml.parse::<toml::Table>() {
+            Ok(table) => table,
+            Err(e) => panic!("generated TOML does not parse: {e}\n{}", t.toml),
+        },
+        Err(problems) => panic!("{problems:?}"),
+    }
+}
+
+fn problems_of(text: &str) -> Vec<(Option<(usize, usize)>, String)> {
+    let positions = Positions::new(text);
+    match translate(text) {
+        Ok(t) => panic!("translated:\n{}", t.toml),
+        Err(problems) => problems
+            .into_iter()
+            .map(|p| {
+                let at = p.offset.map(|o| {
+                    let line = positions.line_starts.partition_point(|s| *s <= o);
+                    (line, o - positions.line_starts[line - 1] + 1)
+                });
+                (at, p.message)
+            })
+            .collect(),
+    }
+}
+
+const BIDS: &str = "CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP(3),
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
+) WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 1000, 'parallelism' = '2');
+CREATE TABLE out WITH ('connector' = 'file-sink', 'allow_write' = 'out, tmp', 'config.path' = 'out/q', 'config.format' = 'jsonl');
+";
+
+#[test]
+fn a_projection_is_a_sql_stage_between_a_source_and_a_sink() {
+    let t = toml_of(&format!(
+        "{BIDS}SET 'checkpoint.interval' = '1s';\nINSERT INTO out SELECT auction, price * 2 AS doubled FROM bid WHERE price > 10;"
+    ));
+    let expected: toml::Table = toml::from_str(
+        r#"
+        [checkpoint]
+        interval = "1s"
+        [sources.bid]
+        plugin = "generator"
+        config = { stream = "bid", events = 1000 }
+        parallelism = 2
+        watermark = { column = "date_time", delay = "4000ms" }
+        [stages.out_insert]
+        input = ["bid"]
+        sql = 'SELECT auction, price * 2 AS doubled FROM "bid" WHERE price > 10'
+        [sinks.out]
+        input = ["out_insert"]
+        plugin = "file-sink"
+        allow_write = ["out", "tmp"]
+        config = { path = "out/q", format = "jsonl" }
+        "#,
+    )
+    .unwrap_or_default();
+    assert_eq!(t, expected);
+}
+
+#[test]
+fn select_star_from_a_table_feeds_the_sink_directly() {
+    let t = toml_of(&format!("{BIDS}INSERT INTO out SELECT * FROM bid;"));
+    assert_eq!(
+        t["sinks"]["out"]["input"],
+        toml::Value::Array(vec!["bid".into()])
+    );
+    assert!(t.get("stages").is_none());
+}
+
+#[test]
+fn a_hopping_group_by_is_a_window_stage_and_the_select_list_a_stage_after_it() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT auction, count(*) AS num, max(price) + 1 AS top, window_end
+         FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+         WHERE price > 0 GROUP BY auction, window_start, window_end HAVING count(*) > 3;"
+    ));
+    let stages = &t["stages"];
+    assert_eq!(
+        stages["out_insert_where"]["sql"].as_str(),
+        Some(r#"SELECT "date_time", "auction", "price" FROM "bid" WHERE price > 0"#)
+    );
+    let window = &stages["out_insert_window"];
+    assert_eq!(
+        window["input"],
+        toml::Value::Array(vec!["out_insert_where".into()])
+    );
+    assert_eq!(window["window"]["time"].as_str(), Some("date_time"));
+    assert_eq!(window["window"]["size"].as_str(), Some("10000ms"));
+    assert_eq!(window["window"]["slide"].as_str(), Some("2000ms"));
+    assert_eq!(window["key"], toml::Value::Array(vec!["auction".into()]));
+    assert_eq!(
+        window["aggregates"],
+        toml::Value::Array(vec![
+            r#"count(*) AS "num""#.into(),
+            r#"max(price) AS "agg_1""#.into()
+        ])
+    );
+    assert_eq!(
+        stages["out_insert"]["sql"].as_str(),
+        Some(
+            r#"SELECT auction, "num" AS num, "agg_1" + 1 AS top, window_end FROM "out_insert_window" WHERE "num" > 3"#
+        )
+    );
+    assert_eq!(
+        t["sinks"]["out"]["input"],
+        toml::Value::Array(vec!["out_insert".into()])
+    );
+}
+
+#[test]
+fn a_group_by_that_is_the_window_stages_output_needs_no_stage_after_it() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT window_start, window_end, auction, count(*) AS bids
+         FROM TUMBLE(bid, date_time, INTERVAL '1' MINUTE) GROUP BY window_start, window_end, auction;"
+    ));
+    let stages = t["stages"]
+        .as_table()
+        .map(|s| s.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(stages, Some(vec!["out_insert".to_string()]));
+    assert_eq!(
+        t["stages"]["out_insert"]["window"]["size"].as_str(),
+        Some("60000ms")
+    );
+}
+
+#[test]
+fn views_are_planned_once_however_many_queries_read_them() {
+    let t = toml_of(&format!(
+        "{BIDS}CREATE TABLE out2 WITH ('connector' = 'blackhole-sink');
+         CREATE VIEW cheap AS SELECT auction, price FROM bid WHERE price < 100;
+         INSERT INTO out SELECT * FROM cheap;
+         INSERT INTO out2 SELECT auction FROM cheap;"
+    ));
+    assert_eq!(
+        t["stages"]["cheap"]["input"],
+        toml::Value::Array(vec!["bid".into()])
+    );
+    assert_eq!(
+        t["sinks"]["out"]["input"],
+        toml::Value::Array(vec!["cheap".into()])
+    );
+    assert_eq!(
+        t["stages"]["out2_insert"]["input"],
+        toml::Value::Array(vec!["cheap".into()])
+    );
+}
+
+#[test]
+fn a_sinks_column_list_names_the_querys_columns_by_position() {
+    let t = toml_of(
+        "CREATE TABLE bid (auction BIGINT) WITH ('connector' = 'generator');
+         CREATE TABLE out (id BIGINT, dateTime TIMESTAMP(3)) WITH ('connector' = 'blackhole-sink');
+         INSERT INTO out SELECT auction, date_time FROM bid;",
+    );
+    assert_eq!(
+        t["stages"]["out_insert"]["sql"].as_str(),
+        Some(r#"SELECT auction AS "id", date_time AS "dateTime" FROM "bid""#)
+    );
+    let problems = problems_of(
+        "CREATE TABLE bid (auction BIGINT) WITH ('connector' = 'generator');
+CREATE TABLE out (id BIGINT) WITH ('connector' = 'blackhole-sink');
+INSERT INTO out SELECT auction, date_time FROM bid;",
+    );
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].0, Some((3, 17)));
+    assert!(
+        problems[0].1.contains("yields 2 columns"),
+        "{}",
+        problems[0].1
+    );
+}
+
+#[test]
+fn source_columns_are_kept_for_the_planner_to_check() {
+    let t = match translate(&format!("{BIDS}INSERT INTO out SELECT * FROM bid;")) {
+        Ok(t) => t,
+        Err(e) => panic!("{e:?}"),
+    };
+    let names: Vec<&str> = t.declared_columns["bid"]
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["auction", "price", "date_time"]);
+    assert_eq!(t.declared_columns["bid"][2].sql_type, "TIMESTAMP(3)");
+    assert!(!t.declared_columns.contains_key("out"));
+}
+
+#[test]
+fn every_refusal_names_its_line_and_column() {
+    let cases: &[(&str, (usize, usize), &str)] = &[
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nINSERT INTO nope SELECT * FROM t;",
+            (2, 13),
+            "no table `nope`",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM u;",
+            (3, 29),
+            "no table or view named `u`",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator', 'colour' = 'red');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM t;",
+            (1, 49),
+            "not an option of a source table",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT a, count(*) FROM t GROUP BY a;",
+            (3, 15),
+            "needs a window",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT count(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start;",
+            (3, 15),
+            "both window_start and window_end",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM t ORDER BY a;",
+            (3, 15),
+            "ORDER BY",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator')\nINSERT INTO o SELECT * FROM t;",
+            (2, 1),
+            "Expected",
+        ),
+        (
+            "CREATE TABLE t (ts TIMESTAMP(3), WATERMARK FOR ts AS ts + INTERVAL '1' SECOND) WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM t;",
+            (1, 34),
+            "fvhost takes `ts` or `ts - INTERVAL",
+        ),
+        (
+            "CREATE TABLE t WITH ('config.x' = 1);\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM t;",
+            (1, 14),
+            "has no 'connector'",
+        ),
+        (
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nCREATE TABLE p WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT * FROM t;",
+            (3, 14),
+            "table `p` is never read or written",
+        ),
+    ];
+    for (text, at, message) in cases {
+        let problems = problems_of(text);
+        assert!(
+            problems
+                .iter()
+                .any(|(p_at, m)| *p_at == Some(*at) && m.contains(message)),
+            "{text}\nwanted {at:?} {message}\ngot {problems:?}"
+        );
+    }
+}
+
+#[test]
+fn intervals_and_watermark_delays_in_every_unit() {
+    for (expression, delay) in [
+        ("t", "0s"),
+        ("t - INTERVAL '4' SECOND", "4000ms"),
+        ("t - INTERVAL '1' MINUTE", "60000ms"),
+        ("t - INTERVAL '250' MILLISECOND", "250ms"),
+        ("t - INTERVAL '2 seconds'", "2000ms"),
+        ("t - INTERVAL '1.5' SECOND", "1500ms"),
+    ] {
+        assert_eq!(
+            values::watermark_delay("t", expression).as_deref(),
+            Ok(delay),
+            "{expression}"
+        );
+    }
+    assert!(values::watermark_delay("t", "t - INTERVAL '1' YEAR").is_err());
+    assert!(values::watermark_delay("t", "u - INTERVAL '1' SECOND").is_err());
+}
+
+#[test]
+fn row_number_over_a_tumbling_window_is_a_top_n_stage() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out
+         SELECT auction, price, window_end FROM (
+           SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price DESC, auction) AS rownum
+           FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+         ) WHERE rownum <= 3;"
+    ));
+    let rank = &t["stages"]["out_insert_rank"];
+    assert_eq!(rank["input"], toml::Value::Array(vec!["bid".into()]));
+    assert_eq!(rank["window"]["time"].as_str(), Some("date_time"));
+    assert_eq!(rank["window"]["size"].as_str(), Some("10000ms"));
+    assert!(rank["window"].get("slide").is_none());
+    assert_eq!(rank["key"], toml::Value::Array(vec![]));
+    assert_eq!(rank["top_n"]["n"].as_integer(), Some(3));
+    assert_eq!(
+        rank["top_n"]["order_by"],
+        toml::Value::Array(vec!["price DESC".into(), "auction".into()])
+    );
+    assert_eq!(rank["top_n"]["rank"].as_str(), Some("rownum"));
+    assert_eq!(
+        t["stages"]["out_insert"]["sql"].as_str(),
+        Some(r#"SELECT auction, price, window_end FROM "out_insert_rank""#)
+    );
+}
+
+#[test]
+fn row_number_over_a_hopping_group_by_ranks_each_window_end() {
+    let t = toml_of(&format!(
+        "{BIDS}CREATE VIEW counts AS
+           SELECT window_start, window_end, auction, count(*) AS bids
+           FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+           GROUP BY window_start, window_end, auction;
+         INSERT INTO out SELECT * FROM (
+           SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY bids DESC, auction) AS rownum
+           FROM counts) WHERE rownum = 1;"
+    ));
+    let stages = &t["stages"];
+    assert!(stages["counts"].get("aggregates").is_some(), "{t}");
+    let rank = &stages["out_insert"];
+    assert_eq!(rank["input"], toml::Value::Array(vec!["counts".into()]));
+    assert_eq!(rank["window"]["time"].as_str(), Some("window_end"));
+    assert_eq!(rank["window"]["size"].as_str(), Some("2000ms"));
+    assert_eq!(rank["top_n"]["n"].as_integer(), Some(1));
+}
+
+#[test]
+fn a_top_n_without_a_window_or_a_bound_is_refused() {
+    let base = "CREATE TABLE t (a BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\n";
+    for (query, message) in [
+        (
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY a) AS rn FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))) WHERE rn <= 3",
+            "PARTITION BY window_start, window_end",
+        ),
+        (
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY a) AS rn FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))) WHERE rn > 3",
+            "WHERE rn <= N",
+        ),
+        (
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY a) AS rn FROM t) WHERE rn <= 3",
+            "carries no window",
+        ),
+    ] {
+        let problems = problems_of(&format!("{base}INSERT INTO o {query};"));
+        assert!(
+            problems
+                .iter()
+                .any(|(at, m)| at.is_some() && m.contains(message)),
+            "{query}\n{problems:?}"
+        );
+    }
+}
+
+#[test]
+fn the_group_window_syntax_plans_sessions_and_their_bounds() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out
+         SELECT B.auction, count(*) AS bids, SESSION_START(B.date_time, INTERVAL '10' SECOND) AS starts
+         FROM bid B GROUP BY B.auction, SESSION(B.date_time, INTERVAL '10' SECOND);"
+    ));
+    let window = &t["stages"]["out_insert_window"];
+    assert_eq!(window["session"]["time"].as_str(), Some("date_time"));
+    assert_eq!(window["session"]["gap"].as_str(), Some("10000ms"));
+    assert_eq!(window["key"], toml::Value::Array(vec!["auction".into()]));
+    assert_eq!(
+        t["stages"]["out_insert"]["sql"].as_str(),
+        Some(
+            r#"SELECT B.auction, "bids" AS bids, window_start AS starts FROM "out_insert_window" B"#
+        )
+    );
+    let hop = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT window_start, window_end, auction, count(*) AS n
+         FROM bid GROUP BY HOP(date_time, INTERVAL '5' SECOND, INTERVAL '1' MINUTE), auction;"
+    ));
+    let stage = &hop["stages"]["out_insert"]["window"];
+    assert_eq!(
+        (stage["size"].as_str(), stage["slide"].as_str()),
+        (Some("60000ms"), Some("5000ms"))
+    );
+}

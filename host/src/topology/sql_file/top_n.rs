@@ -1,0 +1,320 @@
+//! Window top-N as Flink writes it, planned onto the native top-N stage:
+//!
+//! ```sql
+//! SELECT … FROM (
+//!   SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end [, k…]
+//!                                ORDER BY price DESC [, …]) AS rownum
+//!   FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+//!        -- or a windowed GROUP BY's output (a view or a subquery)
+//! ) WHERE rownum <= 3
+//! ```
+//!
+//! The ranking's input is either a tumbling window table function (the
+//! stage windows the rows itself and adds `window_start`/`window_end`) or
+//! rows that already carry a window (the stage ranks the rows of each
+//! `window_end`: a tumbling window of the upstream window's slide over
+//! `window_end`). Ties are broken by the remaining columns, as the TOML
+//! `top_n` stage does. This module never plans anything but that shape:
+//! any other use of `ROW_NUMBER()` is left to the SQL stage, which refuses
+//! it.
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, Function, GroupByExpr, Ident, Query, Select, SelectItem, SetExpr,
+    TableAlias, TableFactor, Value, WindowType,
+};
+
+use super::query::{function_args, rename_items, strings, table_factor, window_and_keys};
+use super::{SqlProblem, Translator};
+
+/// The `ROW_NUMBER() OVER (…) AS rn` of a SELECT list.
+struct Ranking {
+    alias: Ident,
+    partition: Vec<Expr>,
+    order: Vec<String>,
+}
+
+impl Translator<'_> {
+    /// Plan `SELECT … FROM (<ranking query>) WHERE rn <= N`, or `None`
+    /// when `inner` holds no ROW_NUMBER().
+    pub(super) fn plan_top_n(
+        &mut self,
+        outer: &Select,
+        inner: &Query,
+        alias: Option<TableAlias>,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Option<Result<String, SqlProblem>> {
+        let SetExpr::Select(ranked) = inner.body.as_ref() else {
+            return None;
+        };
+        let ranking = ranking(ranked)?;
+        Some(self.top_n_stages(outer, ranked, ranking, alias, name, rename, at))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn top_n_stages(
+        &mut self,
+        outer: &Select,
+        ranked: &Select,
+        ranking: Result<Ranking, String>,
+        alias: Option<TableAlias>,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        let ranking = ranking.map_err(problem)?;
+        let rank = ranking.alias.value.clone();
+        let n = limit(outer.selection.as_ref(), &rank).map_err(problem)?;
+        let grouped = !matches!(&outer.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty())
+            || !matches!(&ranked.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+        if grouped || outer.having.is_some() || ranked.having.is_some() {
+            return Err(problem("a top-N query ranks rows (ROW_NUMBER() … WHERE rn <= N); aggregate in a view or subquery it reads".into()));
+        }
+        let [from] = ranked.from.as_slice() else {
+            return Err(problem(
+                "a top-N query ranks the rows of one table, view or window".into(),
+            ));
+        };
+        if !from.joins.is_empty() {
+            return Err(problem(
+                "JOIN is not planned from SQL yet; rank the rows of one input".into(),
+            ));
+        }
+        // The window: the ranking's own tumbling window, or the one its
+        // input already carries.
+        let (input, time, size_ms) = match &from.relation {
+            TableFactor::TableFunction {
+                expr: Expr::Function(f),
+                ..
+            } => self.tumble(f, at)?,
+            TableFactor::Table {
+                name: function,
+                args: Some(args),
+                ..
+            } => {
+                let call = self.window_call(&function.to_string(), args.args.clone(), at)?;
+                if call.slide_ms != call.size_ms {
+                    return Err(problem("a top-N window is tumbling: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output".into()));
+                }
+                (call.input, call.time, call.size_ms)
+            }
+            TableFactor::Table {
+                name: table,
+                args: None,
+                ..
+            } => {
+                let node = self.resolve(&table.to_string(), at)?;
+                self.windowed_input(node, at)?
+            }
+            TableFactor::Derived { subquery, .. } => {
+                let inner_name = self.fresh_name(&format!("{name}_from"));
+                let node = self.plan_query(subquery, &inner_name, None)?;
+                self.windowed_input(node, at)?
+            }
+            other => {
+                return Err(problem(format!(
+                    "FROM {other}: a top-N query ranks a table, view, subquery or TABLE(TUMBLE(…))"
+                )));
+            }
+        };
+        // The partition: the window and the keys.
+        let (window_columns, keys) =
+            window_and_keys(&ranking.partition, "PARTITION BY").map_err(problem)?;
+        if window_columns != 2 {
+            return Err(problem(format!(
+                "ROW_NUMBER() over a stream ranks per window: PARTITION BY window_start, window_end[, key…] (a top-N without a window would never be final); `{rank}` has {}",
+                if ranking.partition.is_empty() {
+                    "no PARTITION BY".to_string()
+                } else {
+                    "another partition".to_string()
+                }
+            )));
+        }
+        // A filter inside the ranking query applies before it.
+        let mut input = input;
+        if let Some(condition) = &ranked.selection {
+            let filter_name = self.fresh_name(&format!("{name}_where"));
+            let mut filter = ranked.clone();
+            filter.projection = vec![SelectItem::Wildcard(Default::default())];
+            filter.from[0].relation = table_factor(&input, None, at)?;
+            filter.selection = Some(condition.clone());
+            self.add_sql_stage(&filter_name, &input, &filter, at)?;
+            input = filter_name;
+        }
+        // The ranking query's other columns, and the outer select list.
+        let ranked_items: Vec<SelectItem> = ranked
+            .projection
+            .iter()
+            .filter(|i| !is_rank_item(i, &rank))
+            .cloned()
+            .collect();
+        let inner_everything = matches!(ranked_items.as_slice(), [SelectItem::Wildcard(_)]);
+        let outer_everything = matches!(outer.projection.as_slice(), [SelectItem::Wildcard(_)]);
+        let exact = inner_everything && outer_everything && rename.is_none();
+        let stage = if exact {
+            name.to_string()
+        } else {
+            self.fresh_name(&format!("{name}_rank"))
+        };
+        let mut window = toml::Table::new();
+        window.insert("time".into(), toml::Value::String(time));
+        window.insert("size".into(), toml::Value::String(format!("{size_ms}ms")));
+        let mut top_n = toml::Table::new();
+        top_n.insert("n".into(), toml::Value::Integer(i64::from(n)));
+        top_n.insert("order_by".into(), strings(ranking.order));
+        top_n.insert("rank".into(), toml::Value::String(rank.clone()));
+        self.add_stage(
+            &stage,
+            &input,
+            vec![
+                ("window", toml::Value::Table(window)),
+                ("key", strings(keys)),
+                ("top_n", toml::Value::Table(top_n)),
+            ],
+            at,
+        )?;
+        if exact {
+            return Ok(stage);
+        }
+        // What the outer select list keeps of the ranked rows.
+        let mut after = outer.clone();
+        if outer_everything && !inner_everything {
+            after.projection = ranked_items;
+            after
+                .projection
+                .push(SelectItem::UnnamedExpr(Expr::Identifier(ranking.alias)));
+        }
+        after.from[0].relation = table_factor(&stage, alias, at)?;
+        after.from[0].joins.clear();
+        after.selection = None;
+        if let Some(columns) = rename {
+            rename_items(&mut after.projection, columns, at)?;
+        }
+        self.add_sql_stage(name, &stage, &after, at)?;
+        Ok(name.to_string())
+    }
+
+    /// `TUMBLE(…)` as a top-N's own window: input, time column, size.
+    fn tumble(
+        &mut self,
+        f: &Function,
+        at: Option<usize>,
+    ) -> Result<(String, String, u64), SqlProblem> {
+        let call = self.window_call(&f.name.to_string(), function_args(f), at)?;
+        if call.slide_ms != call.size_ms {
+            return Err(SqlProblem {
+                offset: at,
+                message: "a top-N window is tumbling: rank over TABLE(TUMBLE(…)), or over a HOP's GROUP BY output".into(),
+            });
+        }
+        Ok((call.input, call.time, call.size_ms))
+    }
+
+    /// A node whose rows carry `window_end` from a windowed GROUP BY: rank
+    /// them per `window_end` (a tumbling window of the upstream slide).
+    fn windowed_input(
+        &self,
+        node: String,
+        at: Option<usize>,
+    ) -> Result<(String, String, u64), SqlProblem> {
+        match self.windowed.get(&node) {
+            Some(slide) => Ok((node, "window_end".to_string(), *slide)),
+            None => Err(SqlProblem {
+                offset: at,
+                message: format!(
+                    "`{node}` carries no window: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output that keeps window_end"
+                ),
+            }),
+        }
+    }
+}
+
+/// Find `ROW_NUMBER() OVER (…) AS rn` in a SELECT list: `None` when there
+/// is none, an error when it is there but not in a shape the top-N takes.
+fn ranking(select: &Select) -> Option<Result<Ranking, String>> {
+    let mut found = None;
+    for item in &select.projection {
+        let (expr, alias) = match item {
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias)),
+            SelectItem::UnnamedExpr(expr) => (expr, None),
+            _ => continue,
+        };
+        let Expr::Function(f) = expr else { continue };
+        if !f.name.to_string().eq_ignore_ascii_case("ROW_NUMBER") {
+            continue;
+        }
+        if found.is_some() {
+            return Some(Err("one ROW_NUMBER() per query".into()));
+        }
+        let Some(alias) = alias else {
+            return Some(Err("name the rank: ROW_NUMBER() OVER (…) AS rownum".into()));
+        };
+        let Some(WindowType::WindowSpec(spec)) = &f.over else {
+            return Some(Err(
+                "ROW_NUMBER() takes OVER (PARTITION BY window_start, window_end, … ORDER BY …)"
+                    .into(),
+            ));
+        };
+        if spec.window_frame.is_some() || spec.window_name.is_some() {
+            return Some(Err(
+                "ROW_NUMBER()'s OVER takes PARTITION BY and ORDER BY only".into(),
+            ));
+        }
+        let mut order = Vec::new();
+        for o in &spec.order_by {
+            let column = match &o.expr {
+                Expr::Identifier(id) => id.value.clone(),
+                Expr::CompoundIdentifier(parts) => {
+                    parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                }
+                other => {
+                    return Some(Err(format!(
+                        "ORDER BY `{other}`: rank by columns; compute `{other}` in a view first"
+                    )));
+                }
+            };
+            let descending = o.options.asc == Some(false);
+            order.push(format!("{column}{}", if descending { " DESC" } else { "" }));
+        }
+        if order.is_empty() {
+            return Some(Err("ROW_NUMBER() needs an ORDER BY to rank by".into()));
+        }
+        found = Some(Ranking {
+            alias: alias.clone(),
+            partition: spec.partition_by.clone(),
+            order,
+        });
+    }
+    found.map(Ok)
+}
+
+fn is_rank_item(item: &SelectItem, rank: &str) -> bool {
+    matches!(item, SelectItem::ExprWithAlias { alias, expr: Expr::Function(_) } if alias.value == rank)
+}
+
+/// `rn <= N`, `rn < N` or `rn = 1` → N.
+fn limit(selection: Option<&Expr>, rank: &str) -> Result<u32, String> {
+    let usage = format!("a top-N query keeps the first rows of each window: WHERE {rank} <= N");
+    let Some(Expr::BinaryOp { left, op, right }) = selection else {
+        return Err(usage);
+    };
+    let is_rank = matches!(left.as_ref(), Expr::Identifier(id) if id.value == rank);
+    let number = match right.as_ref() {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.parse::<u32>().ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    match (is_rank, op, number) {
+        (true, BinaryOperator::LtEq, Some(n)) if n >= 1 => Ok(n),
+        (true, BinaryOperator::Lt, Some(n)) if n >= 2 => Ok(n - 1),
+        (true, BinaryOperator::Eq, Some(1)) => Ok(1),
+        _ => Err(usage),
+    }
+}
