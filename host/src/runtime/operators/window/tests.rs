@@ -437,3 +437,50 @@ fn a_window_without_key_is_one_global_group() {
         vec![KeyHasher::vnode_of(&[]); 2]
     );
 }
+
+#[test]
+fn a_hopping_windows_row_counts_only_in_its_windows_still_open() {
+    // 300 ms every 100 ms, kept as 100 ms slices: a row at 50 is in
+    // [-200, 100), [-100, 200) and [0, 300).
+    let (mut ops, mut out, rx, _dir) = one_task(spec(100, 3));
+    let base = BASE;
+    let rel = |rows: &[Row]| rows.iter().map(|r| (r.0 - base, r.2)).collect::<Vec<_>>();
+    feed(&mut ops, &mut out, &batch(&[50]), Some((base + 150) * 1000));
+    let mut rows = Vec::new();
+    collect(&rx, &mut rows);
+    assert_eq!(rel(&rows), vec![(-200, 1)], "only [-200, 100) has closed");
+    // A row at 60: its first window has fired, the other two are open, so
+    // it is not late and counts in those two only.
+    feed(
+        &mut ops,
+        &mut out,
+        &batch(&[60]),
+        Some((base + 1000) * 1000),
+    );
+    let mut rest = Vec::new();
+    collect(&rx, &mut rest);
+    rest.sort_unstable();
+    assert_eq!(rel(&rest), vec![(-100, 2), (0, 2)]);
+    assert_eq!(
+        out.metrics
+            .late_rows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    // Behind every window that holds it, a row is late.
+    feed(
+        &mut ops,
+        &mut out,
+        &batch(&[250]),
+        Some((base + 2000) * 1000),
+    );
+    assert_eq!(
+        out.metrics
+            .late_rows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let mut none = Vec::new();
+    collect(&rx, &mut none);
+    assert!(none.is_empty(), "{none:?}");
+}
