@@ -354,23 +354,6 @@ impl<C: ValueCodec> StateTable<C> {
         Some((scope, sorted))
     }
 
-    /// The first (lowest) scope held.
-    pub fn first_scope(&self) -> Option<i64> {
-        self.scopes.keys().next().copied()
-    }
-
-    /// Every entry of the scopes in `[from, to)`: (scope, key, value),
-    /// scopes in order, keys in no particular order.
-    pub fn scopes_in(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, &[u8], &C::Value)> {
-        self.scopes
-            .range(from..to.max(from))
-            .flat_map(|(scope, entries)| {
-                entries
-                    .iter()
-                    .map(move |(k, e)| (*scope, k.as_ref(), &e.value))
-            })
-    }
-
     /// The entries of one scope, in no particular order.
     pub fn scope(&self, scope: i64) -> impl Iterator<Item = (&[u8], &C::Value)> {
         self.scopes
