@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use fvhost::runtime::Plan;
 use fvhost::runtime::operators::column_names;
-use fvhost::topology::{PluginRef, StageKind};
+use fvhost::topology::StageKind;
 
 use super::{PluginResolution, engine, load_and_plan};
 
@@ -46,7 +46,7 @@ fn describe(plan: &Plan) -> String {
     for s in &plan.sources {
         let node = t.sources.iter().find(|n| n.name == s.name);
         let plugin = node
-            .map(|n| plugin_name(&n.plugin.plugin))
+            .map(|n| n.plugin.plugin.to_string())
             .unwrap_or_default();
         let _ = writeln!(
             out,
@@ -95,9 +95,9 @@ fn describe(plan: &Plan) -> String {
             Some(StageKind::TopN(w)) => w.describe(),
             Some(StageKind::Join(w)) => w.describe(),
             Some(StageKind::Lookup(l)) => format!("lookup in table `{}`", l.table),
-            Some(StageKind::Step(p)) => format!("plugin {}", plugin_name(&p.plugin)),
+            Some(StageKind::Step(p)) => format!("plugin {}", p.plugin),
             Some(StageKind::KeyedStep(k)) => {
-                format!("plugin {} with keyed state", plugin_name(&k.plugin.plugin))
+                format!("plugin {} with keyed state", k.plugin.plugin)
             }
             None => String::new(),
         };
@@ -110,7 +110,7 @@ fn describe(plan: &Plan) -> String {
             .sinks
             .iter()
             .find(|n| n.name == s.name)
-            .map(|n| plugin_name(&n.plugin.plugin))
+            .map(|n| n.plugin.plugin.to_string())
             .unwrap_or_default();
         let _ = writeln!(
             out,
@@ -128,11 +128,4 @@ fn describe(plan: &Plan) -> String {
         let _ = writeln!(out, "\nthe same topology in TOML:\n\n{toml}");
     }
     out
-}
-
-fn plugin_name(plugin: &PluginRef) -> String {
-    match plugin {
-        PluginRef::Named(name) => name.clone(),
-        PluginRef::Path(path) => path.display().to_string(),
-    }
 }

@@ -825,9 +825,10 @@ impl Planner<'_> {
 
     /// Load the plugin of `key` and check it is of `kind`.
     fn load(&mut self, key: &str, use_: &PluginUse, kind: PluginKind) -> Option<LoadedPlugin> {
-        let (reference, field) = match &use_.plugin {
-            PluginRef::Named(n) => (n.clone(), "plugin"),
-            PluginRef::Path(p) => (p.display().to_string(), "path"),
+        let reference = use_.plugin.to_string();
+        let field = match &use_.plugin {
+            PluginRef::Named(_) => "plugin",
+            PluginRef::Path(_) => "path",
         };
         let loaded = match self.loaded.get(&reference) {
             Some(l) => l.clone(),
@@ -903,11 +904,10 @@ impl Planner<'_> {
                 continue;
             };
             let reference = match &use_.plugin {
-                PluginRef::Named(n) => n.clone(),
                 PluginRef::Path(_) if !plugin.metadata.package.is_empty() => {
                     format!("{}@{}", plugin.metadata.package, plugin.metadata.version)
                 }
-                PluginRef::Path(p) => p.display().to_string(),
+                other => other.to_string(),
             };
             let declared = plugin
                 .metadata

@@ -37,6 +37,16 @@ pub enum PluginRef {
     Path(PathBuf),
 }
 
+impl std::fmt::Display for PluginRef {
+    /// The name, or the path as written (resolved).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginRef::Named(name) => f.write_str(name),
+            PluginRef::Path(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// How one node uses a plugin.
 #[derive(Debug, Clone)]
 pub struct PluginUse {
@@ -470,11 +480,7 @@ impl Topology {
     /// A file ending in `.sql` holds SQL statements (`CREATE TABLE`,
     /// `CREATE VIEW`, `INSERT INTO`, `SET`), any other TOML.
     pub fn parse(path: &Path, text: &str) -> Result<Topology, Diagnostics> {
-        let topology = if is_sql(path) {
-            raw::parse_sql(path, text, None)?
-        } else {
-            raw::parse(path, text, None)?
-        };
+        let topology = raw::parse(path, text, None)?;
         graph::check(topology)
     }
 
@@ -486,11 +492,7 @@ impl Topology {
         text: &str,
         confinement: &Confinement,
     ) -> Result<Topology, Diagnostics> {
-        let topology = if is_sql(path) {
-            raw::parse_sql(path, text, Some(confinement))?
-        } else {
-            raw::parse(path, text, Some(confinement))?
-        };
+        let topology = raw::parse(path, text, Some(confinement))?;
         graph::check(topology)
     }
 

@@ -220,12 +220,16 @@ fn index_value(value: &DeValue<'_>, path: &str, out: &mut Vec<(String, usize)>) 
 
 /// Parse a topology file into its nodes, every key checked and every
 /// problem reported (not only the first); how the nodes relate is checked
-/// afterwards, by `graph`.
+/// afterwards, by `graph`. A `.sql` file is translated first (see
+/// [`parse_sql`]).
 pub(super) fn parse(
     path: &Path,
     text: &str,
     confinement: Option<&Confinement>,
 ) -> Result<Topology, Diagnostics> {
+    if super::is_sql(path) {
+        return parse_sql(path, text, confinement);
+    }
     let map = source_map(path, text);
     let raw = read_document(text, &map, |_| None)?;
     read_topology(path, text, raw, map, confinement)
@@ -234,7 +238,7 @@ pub(super) fn parse(
 /// Parse a SQL topology file: its statements become the document a TOML
 /// file is (see `sql_file`), read and checked the same way, every finding
 /// placed at the statement it came from.
-pub(super) fn parse_sql(
+fn parse_sql(
     path: &Path,
     text: &str,
     confinement: Option<&Confinement>,
@@ -254,17 +258,18 @@ pub(super) fn parse_sql(
     })?;
     let map = sql_map(translation.keys);
     // A finding of the TOML reader sits at an offset of the generated
-    // text: the generated key there names the statement it came from.
-    let mut generated = Vec::new();
-    if let Ok(table) = &DeTable::parse(&translation.toml) {
-        index_keys(table.get_ref(), "", &mut generated);
-    }
+    // text: the generated key there names the statement it came from
+    // (indexed only when there is a finding).
     let raw = read_document(&translation.toml, &map, |offset| {
+        let mut generated = Vec::new();
+        if let Ok(table) = &DeTable::parse(&translation.toml) {
+            index_keys(table.get_ref(), "", &mut generated);
+        }
         generated
-            .iter()
+            .into_iter()
             .filter(|(_, at)| *at <= offset)
             .max_by_key(|(_, at)| *at)
-            .map(|(key, _)| key.clone())
+            .map(|(key, _)| key)
     })?;
     let mut topology = read_topology(path, text, raw, map, confinement)?;
     topology.translated = Some(translation.toml);

@@ -57,10 +57,10 @@ pub(super) enum WindowShape {
 
 /// A window table function call: which, over what, how long.
 pub(super) struct WindowCall {
+    /// The node it reads.
     pub input: String,
-    pub time: String,
-    pub size_ms: u64,
-    pub slide_ms: u64,
+    /// Its windows.
+    pub shape: WindowShape,
 }
 
 impl Translator<'_> {
@@ -131,38 +131,11 @@ impl Translator<'_> {
             ));
         }
         let relation = from.relation.clone();
-        // A window table function: Flink's `TABLE(HOP(…))`, or `HOP(…)`.
-        let window = match &relation {
-            TableFactor::TableFunction {
-                expr: Expr::Function(f),
-                alias,
-            } => Some((f.name.to_string(), function_args(f), alias.clone())),
-            TableFactor::Table {
-                name: function,
-                args: Some(args),
-                alias,
-                ..
-            } => Some((function.to_string(), args.args.clone(), alias.clone())),
-            TableFactor::Function {
-                name: function,
-                args,
-                alias,
-                ..
-            } => Some((function.to_string(), args.clone(), alias.clone())),
-            _ => None,
-        };
-        if let Some((function, args, alias)) = window {
+        if let Some((function, args, alias)) = window_function(&relation) {
             let call = self.window_call(&function, args, at)?;
             let group = tvf_grouping(&select, at)?;
             return self.plan_window(
-                select,
-                call.input.clone(),
-                call.shape(),
-                group,
-                alias,
-                name,
-                rename,
-                at,
+                select, call.input, call.shape, group, alias, name, rename, at,
             );
         }
         match &relation {
@@ -258,8 +231,7 @@ impl Translator<'_> {
         if let Some((shape, keys)) = group_window(&select, at)? {
             return self.plan_window(select, input, shape, keys, alias, name, rename, at);
         }
-        let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
-        if grouped || select.having.is_some() {
+        if is_grouped(&select) || select.having.is_some() {
             return Err(SqlProblem {
                 offset: at,
                 message: "GROUP BY over a stream needs a window: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time_col), INTERVAL '10' SECOND)) … GROUP BY window_start, window_end, …".into(),
@@ -406,9 +378,11 @@ impl Translator<'_> {
         let input = self.resolve(&table, self.positions.offset(exprs[0].span().start).or(at))?;
         Ok(WindowCall {
             input,
-            time,
-            size_ms,
-            slide_ms,
+            shape: WindowShape::Sliding {
+                time,
+                size_ms,
+                slide_ms,
+            },
         })
     }
 
@@ -639,14 +613,35 @@ impl Translator<'_> {
     }
 }
 
-impl WindowCall {
-    fn shape(&self) -> WindowShape {
-        WindowShape::Sliding {
-            time: self.time.clone(),
-            size_ms: self.size_ms,
-            slide_ms: self.slide_ms,
-        }
+/// A window table function as FROM names it — Flink's `TABLE(HOP(…))`,
+/// or `HOP(…)` — with its arguments and alias; `None` for any other FROM.
+pub(super) fn window_function(
+    relation: &TableFactor,
+) -> Option<(String, Vec<FunctionArg>, Option<TableAlias>)> {
+    match relation {
+        TableFactor::TableFunction {
+            expr: Expr::Function(f),
+            alias,
+        } => Some((f.name.to_string(), function_args(f), alias.clone())),
+        TableFactor::Table {
+            name: function,
+            args: Some(args),
+            alias,
+            ..
+        } => Some((function.to_string(), args.args.clone(), alias.clone())),
+        TableFactor::Function {
+            name: function,
+            args,
+            alias,
+            ..
+        } => Some((function.to_string(), args.clone(), alias.clone())),
+        _ => None,
     }
+}
+
+/// Whether a SELECT has a GROUP BY.
+pub(super) fn is_grouped(select: &Select) -> bool {
+    !matches!(&select.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty())
 }
 
 /// A column of a GROUP BY or PARTITION BY (`k` or `t.k`).

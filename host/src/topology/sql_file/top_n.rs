@@ -19,11 +19,14 @@
 //! it.
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Function, GroupByExpr, Ident, Query, Select, SelectItem, SetExpr,
-    TableAlias, TableFactor, Value, WindowType,
+    BinaryOperator, Expr, Ident, Query, Select, SelectItem, SetExpr, TableAlias, TableFactor,
+    Value, WindowType,
 };
 
-use super::query::{function_args, rename_items, strings, table_factor, window_and_keys};
+use super::query::{
+    WindowCall, WindowShape, is_grouped, rename_items, strings, table_factor, window_and_keys,
+    window_function,
+};
 use super::{SqlProblem, Translator};
 
 /// The `ROW_NUMBER() OVER (…) AS rn` of a SELECT list.
@@ -70,9 +73,11 @@ impl Translator<'_> {
         let ranking = ranking.map_err(problem)?;
         let rank = ranking.alias.value.clone();
         let n = limit(outer.selection.as_ref(), &rank).map_err(problem)?;
-        let grouped = !matches!(&outer.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty())
-            || !matches!(&ranked.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
-        if grouped || outer.having.is_some() || ranked.having.is_some() {
+        if is_grouped(outer)
+            || is_grouped(ranked)
+            || outer.having.is_some()
+            || ranked.having.is_some()
+        {
             return Err(problem("a top-N query ranks rows (ROW_NUMBER() … WHERE rn <= N); aggregate in a view or subquery it reads".into()));
         }
         let [from] = ranked.from.as_slice() else {
@@ -87,39 +92,43 @@ impl Translator<'_> {
         }
         // The window: the ranking's own tumbling window, or the one its
         // input already carries.
-        let (input, time, size_ms) = match &from.relation {
-            TableFactor::TableFunction {
-                expr: Expr::Function(f),
-                ..
-            } => self.tumble(f, at)?,
-            TableFactor::Table {
-                name: function,
-                args: Some(args),
-                ..
-            } => {
-                let call = self.window_call(&function.to_string(), args.args.clone(), at)?;
-                if call.slide_ms != call.size_ms {
+        let (input, time, size_ms) = if let Some((function, args, _)) =
+            window_function(&from.relation)
+        {
+            match self.window_call(&function, args, at)? {
+                WindowCall {
+                    input,
+                    shape:
+                        WindowShape::Sliding {
+                            time,
+                            size_ms,
+                            slide_ms,
+                        },
+                } if slide_ms == size_ms => (input, time, size_ms),
+                _ => {
                     return Err(problem("a top-N window is tumbling: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output".into()));
                 }
-                (call.input, call.time, call.size_ms)
             }
-            TableFactor::Table {
-                name: table,
-                args: None,
-                ..
-            } => {
-                let node = self.resolve(&table.to_string(), at)?;
-                self.windowed_input(node, at)?
-            }
-            TableFactor::Derived { subquery, .. } => {
-                let inner_name = self.fresh_name(&format!("{name}_from"));
-                let node = self.plan_query(subquery, &inner_name, None)?;
-                self.windowed_input(node, at)?
-            }
-            other => {
-                return Err(problem(format!(
-                    "FROM {other}: a top-N query ranks a table, view, subquery or TABLE(TUMBLE(…))"
-                )));
+        } else {
+            match &from.relation {
+                TableFactor::Table {
+                    name: table,
+                    args: None,
+                    ..
+                } => {
+                    let node = self.resolve(&table.to_string(), at)?;
+                    self.windowed_input(node, at)?
+                }
+                TableFactor::Derived { subquery, .. } => {
+                    let inner_name = self.fresh_name(&format!("{name}_from"));
+                    let node = self.plan_query(subquery, &inner_name, None)?;
+                    self.windowed_input(node, at)?
+                }
+                other => {
+                    return Err(problem(format!(
+                        "FROM {other}: a top-N query ranks a table, view, subquery or TABLE(TUMBLE(…))"
+                    )));
+                }
             }
         };
         // The partition: the window and the keys.
@@ -197,22 +206,6 @@ impl Translator<'_> {
         }
         self.add_sql_stage(name, &stage, &after, at)?;
         Ok(name.to_string())
-    }
-
-    /// `TUMBLE(…)` as a top-N's own window: input, time column, size.
-    fn tumble(
-        &mut self,
-        f: &Function,
-        at: Option<usize>,
-    ) -> Result<(String, String, u64), SqlProblem> {
-        let call = self.window_call(&f.name.to_string(), function_args(f), at)?;
-        if call.slide_ms != call.size_ms {
-            return Err(SqlProblem {
-                offset: at,
-                message: "a top-N window is tumbling: rank over TABLE(TUMBLE(…)), or over a HOP's GROUP BY output".into(),
-            });
-        }
-        Ok((call.input, call.time, call.size_ms))
     }
 
     /// A node whose rows carry `window_end` from a windowed GROUP BY: rank
