@@ -17,7 +17,10 @@
 //! fvhost run (`/proc/self/io`). Then freshness: `generator` paced at half
 //! the rate it reaches unpaced (measured first, same run), into
 //! `blackhole-sink` (read → write p50/p99/max) and into `file-sink` with
-//! checkpoints every second (read → commit). Then memory: q5's peak RSS
+//! checkpoints every second (read → commit). Then slicing: q5's hopping
+//! windows with each row folded into each of its windows and sliced, in the
+//! same run (`FV_BENCH_QUERIES=slicing`; `FV_BENCH_SLICING=on|off` runs
+//! one side, to profile it). Then memory: q5's peak RSS
 //! over one CSV file and over one five times as large, each run a process
 //! of its own, with `file-source` reading its byte ranges in turn and, for
 //! the comparison, re-packaged to hold the watermark back by every range
@@ -422,6 +425,12 @@ fn main() {
     );
     if only
         .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "slicing"))
+    {
+        slicing(&engine, &dir, &csv, rows, repeat, &plugin);
+    }
+    if only
+        .as_ref()
         .is_none_or(|o| o.iter().any(|n| n == "latency"))
     {
         freshness(&engine, &dir);
@@ -431,6 +440,50 @@ fn main() {
         .is_none_or(|o| o.iter().any(|n| n == "memory"))
     {
         memory(&engine, rows, &csv);
+    }
+}
+
+/// q5's hopping windows (10 s every 2 s) over the CSV file at p = 1, with
+/// each row folded into its 5 windows and with the windows sliced (each row
+/// into one 2 s slice, merged when a window fires), in the same run: the
+/// best of `repeat` runs each, per CPU-second of the process.
+fn slicing(engine: &PluginEngine, dir: &Path, csv: &Path, rows: u64, repeat: usize, plugin: &str) {
+    let q5 = QUERIES.iter().find(|q| q.name == "q5").expect("q5");
+    let text = topology(q5, csv, false, 1, plugin, true);
+    println!(
+        "\nHopping windows: q5 csv, p = 1, each row into each of its windows vs sliced (same run)\n{:<28} {:>8} {:>12} {:>12}",
+        "", "wall s", "rows/s", "per core"
+    );
+    // `FV_BENCH_SLICING=on|off` runs one side only (to profile it).
+    let sides = std::env::var("FV_BENCH_SLICING").unwrap_or_default();
+    let mut per_core = Vec::new();
+    for (sliced, label) in [
+        (false, "each row into 5 windows"),
+        (true, "sliced (2 s slices)"),
+    ] {
+        if (sides == "on" && !sliced) || (sides == "off" && sliced) {
+            continue;
+        }
+        fvhost::runtime::operators::set_slicing(sliced);
+        let (wall, cpu) = (0..repeat)
+            .map(|_| run_topology(engine, dir, &text))
+            .fold((Duration::MAX, f64::MAX), |(w, c), (wall, cpu)| {
+                (w.min(wall), c.min(cpu))
+            });
+        per_core.push(rows as f64 / cpu);
+        println!(
+            "{label:<28} {:>8.2} {:>12.0} {:>12.0}",
+            wall.as_secs_f64(),
+            rows as f64 / wall.as_secs_f64(),
+            rows as f64 / cpu
+        );
+    }
+    fvhost::runtime::operators::set_slicing(true);
+    if let [unsliced, sliced] = per_core[..] {
+        println!(
+            "sliced / unsliced per core: {:.2}x",
+            sliced / unsliced.max(1e-9)
+        );
     }
 }
 

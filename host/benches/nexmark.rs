@@ -6,6 +6,10 @@
 //! `FV_BENCH_EVENTS` sets the event count, default 2,000,000;
 //! `FV_BENCH_QUERIES=q5,q7` runs some).
 //!
+//! An example with a `.sql` twin runs a second time from the SQL, planned
+//! onto the same operators: the `sql/toml` column is its events per core
+//! over the TOML topology's in the same run (1.00: the same work).
+//!
 //! events/s per core = events / CPU seconds of the whole process (all
 //! threads: Wasm source, operators, sink, epoch I/O), so the figure does
 //! not depend on how many cores the machine has. Streaming includes
@@ -22,6 +26,7 @@ use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
+use fvhost::topology::Topology;
 
 use common::{measure, run_topology};
 use fvhost::plugin::{
@@ -115,7 +120,8 @@ fn bench_topology(text: &str, events: u64, checkpoint: &str) -> String {
         let trimmed = line.trim();
         if trimmed.starts_with('[') {
             in_checkpoint = trimmed == "[checkpoint]";
-            in_sink = trimmed == "[sinks.out]";
+            // One sink per example (`out` in TOML; the table's name in SQL).
+            in_sink = trimmed.starts_with("[sinks.");
         }
         if in_sink {
             if let Some(input) = trimmed.strip_prefix("input = ") {
@@ -163,6 +169,14 @@ fn events_of(engine: &PluginEngine, stream: &str, events: u64) -> Vec<RecordBatc
             SourcePoll::Finished => return batches,
         }
     }
+}
+
+/// The TOML topology the example's `.sql` twin at `path` translates to,
+/// if it has one.
+fn sql_twin(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let topology = Topology::parse(path, &text).unwrap_or_else(|d| panic!("{d}"));
+    Some(topology.translated.expect("a .sql file is translated"))
 }
 
 fn side_input() -> RecordBatch {
@@ -245,18 +259,19 @@ fn main() {
         "Nexmark, {events} events (2 cores; per core = events / CPU seconds of the process)\n"
     );
     println!(
-        "{:<5} {:>14} {:>14} {:>14} {:>14} {:>9} {:>10}",
+        "{:<5} {:>14} {:>14} {:>14} {:>14} {:>9} {:>10} {:>9}",
         "query",
         "ckpt off ev/s",
         "per core",
         "ckpt 10s /core",
         "batch /core",
         "stream/",
-        "ckpt cost"
+        "ckpt cost",
+        "sql/toml"
     );
     println!(
-        "{:<5} {:>14} {:>14} {:>14} {:>14} {:>9} {:>10}",
-        "", "(wall)", "", "", "(DataFusion)", "batch", ""
+        "{:<5} {:>14} {:>14} {:>14} {:>14} {:>9} {:>10} {:>9}",
+        "", "(wall)", "", "", "(DataFusion)", "batch", "", "per core"
     );
     for q in QUERIES {
         if only
@@ -273,8 +288,17 @@ fn main() {
         let ev = events as f64;
         let per_core = ev / cpu;
         let batch_per_core = ev / batch_cpu.max(1e-6);
+        let sql = examples.join(format!("{}.sql", q.name));
+        let sql_vs_toml = match sql_twin(&sql) {
+            Some(toml) => {
+                let (_, sql_cpu) =
+                    run_topology(&engine, dir.path(), &bench_topology(&toml, events, "1h"));
+                format!("{:>8.2}x", (ev / sql_cpu) / per_core)
+            }
+            None => format!("{:>9}", "-"),
+        };
         println!(
-            "{:<5} {:>14.0} {:>14.0} {:>14.0} {:>14.0} {:>8.2}x {:>9.2}x",
+            "{:<5} {:>14.0} {:>14.0} {:>14.0} {:>14.0} {:>8.2}x {:>9.2}x {sql_vs_toml}",
             q.name,
             ev / wall.as_secs_f64(),
             per_core,

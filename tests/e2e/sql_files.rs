@@ -24,7 +24,7 @@ fn normalized(lines: &[String]) -> Vec<String> {
 }
 
 const SQL: &str = "-- Nexmark q1, and the auctions with three or more bids over 100 in
--- a hopping window of 10 s every 2 s.
+-- a hopping window of 10 s every 2 s; two tasks per stage.
 CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
   WATERMARK FOR date_time AS date_time
 ) WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 200000);
@@ -34,6 +34,7 @@ CREATE TABLE hot (auction BIGINT, bids BIGINT, twice BIGINT, ends TIMESTAMP(3))
   WITH ('connector' = 'file-sink', 'allow_write' = ARRAY['sql/hot'],
   'config.path' = 'sql/hot', 'config.format' = 'jsonl');
 SET 'checkpoint.interval' = '1s';
+SET 'parallelism.default' = '2';
 
 INSERT INTO euros
 SELECT auction, bidder, CAST(0.908 * price AS BIGINT) AS price, date_time FROM bid;
@@ -105,7 +106,7 @@ fn a_sql_file_writes_the_rows_of_the_toml_topology_it_means() {
     for wanted in [
         "bid: plugin generator",
         "hot_insert_where: sql",
-        "hot_insert_window: window",
+        "hot_insert_window: window, 2 task(s)",
         "routed by key [auction]",
         "the same topology in TOML:",
     ] {

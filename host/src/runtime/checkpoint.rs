@@ -16,16 +16,16 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::Schema;
 
 use super::operator::TaskError;
-use super::operators::rows::{lowest_watermark, with_watermark};
+use super::operators::rows::{saved_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{
     SnapshotKind, StateError, StateFormat, StateObject, StateSnapshot, StateTable, ValueCodec,
-    VnodeRange,
+    VnodeRange, WriterWatermarks,
 };
 
 /// Restored snapshot batches in epoch order, each with the vnodes its
-/// writer owned, and the lowest watermark among them.
-pub type RestoredBatches = (Vec<(RecordBatch, VnodeRange)>, Option<i64>);
+/// writer owned, and the watermark each writer had reached.
+pub type RestoredBatches = (Vec<(RecordBatch, VnodeRange)>, WriterWatermarks);
 
 /// One stateful task's link to the epoch store.
 pub struct StateContext {
@@ -124,13 +124,13 @@ impl StateContext {
         scope_column: Option<&'static str>,
     ) -> Result<StateTable<C>, TaskError> {
         let mut table = StateTable::new(codec, scope_column, self.vnodes);
-        let (batches, watermark) = self.take_restored()?;
+        let (batches, writers) = self.take_restored()?;
         for (batch, written_for) in &batches {
             table
                 .restore(batch, *written_for)
                 .map_err(|e| self.state_error(e))?;
         }
-        table.restore_watermark(watermark);
+        table.restore_watermarks(writers);
         Ok(table)
     }
 
@@ -185,12 +185,12 @@ impl StateContext {
         }
     }
 
-    /// Take the restored objects, decoded: their batches and the lowest
-    /// watermark they were taken at (tasks may have been at different
-    /// ones; the lowest re-fires nothing, as fired state is in none).
+    /// Take the restored objects, decoded: their batches and the watermark
+    /// each writer had reached in its newest object (tasks may have been at
+    /// different ones, and a full snapshot's is older than its deltas').
     pub fn take_restored(&mut self) -> Result<RestoredBatches, TaskError> {
         let mut batches = Vec::new();
-        let mut watermark = None;
+        let mut writers = WriterWatermarks::default();
         for (object, bytes) in std::mem::take(&mut self.restored) {
             let decoded =
                 StateSnapshot::decode(&object, &bytes).map_err(|source| TaskError::Snapshot {
@@ -198,11 +198,11 @@ impl StateContext {
                     source,
                 })?;
             for batch in decoded {
-                watermark = lowest_watermark(watermark, &batch);
+                writers.record(object.vnodes, saved_watermark(&batch));
                 batches.push((batch, object.vnodes));
             }
         }
-        Ok((batches, watermark))
+        Ok((batches, writers))
     }
 
     /// Encode this task's state of `epoch` — `columns` of `schema`, taken

@@ -18,6 +18,7 @@ mod keyed;
 mod snapshot;
 mod table;
 mod vnode;
+mod writers;
 
 pub use keyed::{
     KEYED_STATE_FORMAT, KEYED_STATE_FORMAT_V1, KeyedRestoreError, KeyedState, StateLimitExceeded,
@@ -27,6 +28,7 @@ pub use keyed::{
 pub use snapshot::{SnapshotError, StateObject, StateSnapshot};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
+pub use writers::WriterWatermarks;
 
 /// A seeded xorshift source for the state tests' random operations:
 /// `next(n)` is in `0..n`, the same sequence for the same seed.

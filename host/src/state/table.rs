@@ -31,7 +31,7 @@ use arrow::compute::{cast, concat};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::error::ArrowError;
 
-use super::{KeyHasher, VnodeRange};
+use super::{KeyHasher, VnodeRange, WriterWatermarks};
 
 /// Why state could not be snapshotted or restored.
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +218,8 @@ pub struct StateTable<C: ValueCodec> {
     entries: usize,
     /// The highest watermark the operator acted on (saved with the state).
     watermark: Option<i64>,
+    /// How far each writer of the restored state had got.
+    writers: WriterWatermarks,
     changes: Changes,
 }
 
@@ -235,6 +237,7 @@ impl<C: ValueCodec> StateTable<C> {
             scopes: BTreeMap::new(),
             entries: 0,
             watermark: None,
+            writers: WriterWatermarks::default(),
             changes: Changes::default(),
         }
     }
@@ -352,6 +355,23 @@ impl<C: ValueCodec> StateTable<C> {
             entries.into_iter().map(|(k, e)| (k, e.value)).collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Some((scope, sorted))
+    }
+
+    /// The first (lowest) scope held.
+    pub fn first_scope(&self) -> Option<i64> {
+        self.scopes.keys().next().copied()
+    }
+
+    /// Every entry of the scopes in `[from, to)`: (scope, key, value),
+    /// scopes in order, keys in no particular order.
+    pub fn scopes_in(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, &[u8], &C::Value)> {
+        self.scopes
+            .range(from..to.max(from))
+            .flat_map(|(scope, entries)| {
+                entries
+                    .iter()
+                    .map(move |(k, e)| (*scope, k.as_ref(), &e.value))
+            })
     }
 
     /// The entries of one scope, in no particular order.
@@ -573,9 +593,16 @@ impl<C: ValueCodec> StateTable<C> {
         }
     }
 
-    /// Set the watermark restored with the state.
-    pub fn restore_watermark(&mut self, watermark: Option<i64>) {
-        self.watermark = watermark;
+    /// Set the watermarks restored with the state: the table is at the
+    /// lowest any writer had reached; each writer's stays readable.
+    pub fn restore_watermarks(&mut self, writers: WriterWatermarks) {
+        self.watermark = writers.lowest();
+        self.writers = writers;
+    }
+
+    /// How far each writer of the restored state had got.
+    pub fn restored_writers(&self) -> &WriterWatermarks {
+        &self.writers
     }
 }
 

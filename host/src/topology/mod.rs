@@ -708,6 +708,46 @@ allow_write = ["az://c/out"]"#,
     }
 
     #[test]
+    fn stage_parallelism_is_the_default_of_stages_that_set_none() {
+        let topology = |top: &str| {
+            format!(
+                "{top}\n[sources.s]\nplugin = \"generator\"\n[stages.a]\ninput = \"s\"\nsql = \"SELECT * FROM s\"\n[stages.b]\ninput = \"a\"\nsql = \"SELECT * FROM a\"\nparallelism = 2\n[sinks.k]\ninput = \"b\"\nplugin = \"blackhole-sink\"\n"
+            )
+        };
+        let parallelism = |t: &Topology| {
+            let mut p: Vec<(String, u32)> = t
+                .stages
+                .iter()
+                .map(|s| (s.name.clone(), s.parallelism))
+                .collect();
+            p.push(("s".into(), t.sources[0].parallelism));
+            p.push(("k".into(), t.sinks[0].parallelism));
+            p
+        };
+        let pairs = |v: &[(&str, u32)]| -> Vec<(String, u32)> {
+            v.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+        };
+        let t = parse(&topology("")).expect("valid");
+        assert_eq!(
+            parallelism(&t),
+            pairs(&[("a", 1), ("b", 2), ("s", 1), ("k", 1)])
+        );
+        // Sources and sinks keep their own: their parallelism is the
+        // connector's (splits, files written), not the query's.
+        let t = parse(&topology("stage_parallelism = 4")).expect("valid");
+        assert_eq!(
+            parallelism(&t),
+            pairs(&[("a", 4), ("b", 2), ("s", 1), ("k", 1)])
+        );
+        let err = parse(&topology("stage_parallelism = 0")).expect_err("invalid");
+        assert!(
+            err.to_string()
+                .contains("`stage_parallelism`: must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_stop_bound_is_the_longest_call_timeout_plus_the_final_checkpoint_timeout() {
         let topology = |checkpoint: &str, sink_budget: &str| {
             format!(

@@ -35,6 +35,8 @@ struct RawTopology {
     batch_size: Option<u32>,
     channel_capacity: Option<usize>,
     push_down: Option<bool>,
+    /// The parallelism of every stage that sets none (default 1).
+    stage_parallelism: Option<u32>,
     checkpoint: Option<RawCheckpoint>,
     cluster: Option<RawCluster>,
     #[serde(default)]
@@ -294,10 +296,18 @@ fn read_topology(
     let mut errors = Vec::new();
     let name = topology_name(path, raw.name.as_deref(), &map, &mut errors);
     let settings = read_settings(&raw, &map, &mut errors);
+    let stage_parallelism = match raw.stage_parallelism {
+        Some(0) => {
+            errors.push(map.at_key("stage_parallelism", "must be at least 1"));
+            None
+        }
+        p => p,
+    };
     let ctx = Ctx {
         map: &map,
         dir: &dir,
         confinement,
+        stage_parallelism,
     };
     let sources = raw
         .sources
@@ -537,7 +547,10 @@ fn read_stage(
     let sandbox = node.take_sandbox();
     let key = format!("stages.{name}");
     check_name(ctx, &key, &name, errors);
-    let parallelism = ctx.parallelism(&key, node.parallelism, errors);
+    let parallelism = match node.parallelism {
+        Some(p) => ctx.parallelism(&key, Some(p), errors),
+        None => ctx.stage_parallelism.unwrap_or(1),
+    };
     let inputs = node
         .input
         .take()
@@ -786,6 +799,8 @@ pub(super) struct Ctx<'a> {
     dir: &'a Path,
     /// Under `fvhost serve`: where grants and plugin files may point.
     confinement: Option<&'a Confinement>,
+    /// `stage_parallelism`: the parallelism of a stage that sets none.
+    stage_parallelism: Option<u32>,
 }
 
 impl Ctx<'_> {

@@ -45,8 +45,8 @@ impl KeyedWasmStep {
             watermark: None,
             ctx,
         };
-        let (batches, watermark) = op.ctx.take_restored()?;
-        op.watermark = watermark;
+        let (batches, writers) = op.ctx.take_restored()?;
+        op.watermark = writers.lowest();
         let vnodes = op.ctx.vnodes;
         for (batch, _) in &batches {
             let restored = op.state()?.restore(batch, vnodes);

@@ -30,7 +30,7 @@ pub use sink_writer::{SinkWriter, commit_durable};
 pub use sql_stage::SqlStage;
 pub use top_n::{TopN, TopNPlan};
 pub use wasm_step::WasmStep;
-pub use window::{WindowAggregate, WindowPlan, column_names};
+pub use window::{WindowAggregate, WindowPlan, column_names, set_slicing};
 
 use super::checkpoint::StateContext;
 use super::operator::{Operator, TaskError};

@@ -129,19 +129,14 @@ pub fn with_watermark(schema: Schema, watermark: Option<i64>) -> SchemaRef {
     Arc::new(schema.with_metadata(metadata))
 }
 
-/// The lowest watermark among restored snapshot batches: tasks may have
-/// been at different ones, and the lowest re-fires nothing (fired state is
-/// gone from every snapshot).
-pub fn lowest_watermark(current: Option<i64>, batch: &RecordBatch) -> Option<i64> {
-    match batch
+/// The watermark a snapshot batch was taken at (`None`: its task had seen
+/// none).
+pub fn saved_watermark(batch: &RecordBatch) -> Option<i64> {
+    batch
         .schema()
         .metadata()
         .get(WATERMARK_KEY)
         .and_then(|w| w.parse::<i64>().ok())
-    {
-        Some(w) => Some(current.map_or(w, |c| c.min(w))),
-        None => current,
-    }
 }
 
 /// Move `current` forward to `watermark`: the new time if it advanced

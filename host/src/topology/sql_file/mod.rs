@@ -7,7 +7,7 @@
 //! when `INSERT INTO t` writes it; `CREATE VIEW v AS SELECT …` names a
 //! query; `INSERT INTO sink SELECT …` plans the stages a query needs (see
 //! `query`); `SET 'key' = value` sets a topology setting (`checkpoint.interval`,
-//! `name`, …). Several INSERTs make one DAG, and a table read by several
+//! `name`, `stage_parallelism` or Flink's `parallelism.default`, …). Several INSERTs make one DAG, and a table read by several
 //! queries is read once.
 //!
 //! This module never loads a plugin and never sees a schema: it records,
@@ -368,8 +368,14 @@ impl<'a> Translator<'a> {
     fn finish(mut self) -> Result<Translation, Vec<SqlProblem>> {
         for (key, value) in std::mem::take(&mut self.sets) {
             let at = self.positions.of_key(&key, &value);
-            let path: Vec<String> = key.value.split('.').map(str::to_string).collect();
-            match values::setting_value(&key.value, &value) {
+            // Flink's name for the parallelism of operators; sources and
+            // sinks take theirs in WITH ('parallelism' = …).
+            let setting = match key.value.as_str() {
+                "parallelism.default" => "stage_parallelism",
+                other => other,
+            };
+            let path: Vec<String> = setting.split('.').map(str::to_string).collect();
+            match values::setting_value(setting, &value) {
                 Ok(v) => {
                     if let Err(e) = self.doc.set(&path, v, at) {
                         self.problem(at, format!("SET '{}': {e}", key.value));

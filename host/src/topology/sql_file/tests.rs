@@ -378,3 +378,15 @@ fn the_group_window_syntax_plans_sessions_and_their_bounds() {
         (Some("60000ms"), Some("5000ms"))
     );
 }
+
+#[test]
+fn flinks_parallelism_default_sets_the_stages_parallelism() {
+    let t = toml_of(&format!(
+        "{BIDS}SET 'parallelism.default' = '3';\nINSERT INTO out SELECT auction FROM bid WHERE price > 10;"
+    ));
+    assert_eq!(t["stage_parallelism"], toml::Value::Integer(3));
+    let t = toml_of(&format!(
+        "{BIDS}SET 'stage_parallelism' = 2;\nINSERT INTO out SELECT auction FROM bid WHERE price > 10;"
+    ));
+    assert_eq!(t["stage_parallelism"], toml::Value::Integer(2));
+}

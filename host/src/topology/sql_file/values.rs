@@ -152,6 +152,7 @@ pub(super) fn setting_value(key: &str, value: &Expr) -> Result<toml::Value, Stri
     const NUMBERS: &[&str] = &[
         "batch_size",
         "channel_capacity",
+        "stage_parallelism",
         "checkpoint.retain",
         "checkpoint.full_every",
         "cluster.replication",

@@ -1,16 +1,21 @@
 //! [`WindowAggregate`]: keyed tumbling and hopping windows on event time.
 //!
-//! Each row is assigned to the `size / slide` windows that contain its
-//! event time and folded into the accumulators of its (window, key) group.
-//! A window fires — one row per key, ordered by key — once the task's
-//! watermark passes its end plus the allowed lateness; its state is then
-//! dropped. A row whose every window has already fired is late: counted
-//! and dropped, so it never changes an emitted result.
+//! A tumbling window folds each row into the accumulators of its (window,
+//! key) group. A hopping window is *sliced* (Flink's slicing window
+//! aggregation): time is cut into slices of `gcd(size, slide)`, each row is
+//! folded into one (slice, key) group, and a window is the merge of its
+//! `size / slice` slices when it fires — one fold per row instead of
+//! `size / slide`. A window fires — one row per key, ordered by key — once
+//! the task's watermark passes its end plus the allowed lateness; a group
+//! (or slice) is dropped once no window still to fire holds it. A row whose
+//! every window has already fired is late: counted and dropped, so it never
+//! changes an emitted result.
 //!
-//! Groups live in the task's [`StateTable`], scoped by window start, which
-//! snapshots them at each barrier and, on a restart, keeps the groups whose
-//! vnode the new task owns, so parallelism may change between runs. This operator never reads the clock: time is
-//! only what the watermarks say, so output does not depend on speed.
+//! Groups live in the task's [`StateTable`], scoped by window (or slice)
+//! start, which snapshots them at each barrier and, on a restart, keeps the
+//! groups whose vnode the new task owns, so parallelism may change between
+//! runs. This operator never reads the clock: time is only what the
+//! watermarks say, so output does not depend on speed.
 
 #[cfg(test)]
 mod tests;
@@ -31,12 +36,26 @@ use super::rows::{
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::state::{KeyHasher, StateFormat, StateSnapshot, StateTable};
+use crate::state::{KeyHasher, StateFormat, StateSnapshot, StateTable, WriterWatermarks};
 use crate::topology::{WindowSpec, describe_aggregates};
+
+/// Whether hopping windows are sliced (the default). Off only for a
+/// benchmark that measures slicing against folding each row into each of
+/// its windows in the same run; read when a stage is planned.
+static SLICING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turn slicing of hopping windows off or on for stages planned from now
+/// on (benchmarks only: both ways give the same rows).
+#[doc(hidden)]
+pub fn set_slicing(on: bool) {
+    SLICING.store(on, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// A window stage checked against its input schema; cloned per task.
 #[derive(Debug, Clone)]
 pub struct WindowPlan {
+    /// Whether its windows overlap and are kept as slices.
+    sliced: bool,
     spec: WindowSpec,
     input: SchemaRef,
     output: SchemaRef,
@@ -54,6 +73,7 @@ impl WindowPlan {
             &spec.aggregates,
         )?;
         Ok(WindowPlan {
+            sliced: spec.slide != spec.size && SLICING.load(std::sync::atomic::Ordering::Relaxed),
             spec: spec.clone(),
             input,
             output: Arc::new(Schema::new(fields)),
@@ -67,16 +87,25 @@ impl WindowPlan {
         Arc::clone(&self.output)
     }
 
-    /// What the state means; restart refuses state of another meaning.
+    /// What the state means; restart refuses state of another meaning
+    /// (hopping windows keep slices since version 2, not windows).
     pub fn format(&self) -> StateFormat {
         let s = &self.spec;
-        StateFormat::new("window", 1)
+        let format = StateFormat::new("window", if self.is_sliced() { 2 } else { 1 })
             .setting("time", &s.time)
             .setting("size", format_duration(s.size))
             .setting("slide", format_duration(s.slide))
             .setting("key", s.key.join(","))
-            .setting("aggregates", describe_aggregates(&s.aggregates))
-            .or_legacy(s.describe())
+            .setting("aggregates", describe_aggregates(&s.aggregates));
+        match self.is_sliced() {
+            true => format,
+            false => format.or_legacy(s.describe()),
+        }
+    }
+
+    /// Whether windows overlap, and so are kept as slices.
+    fn is_sliced(&self) -> bool {
+        self.sliced
     }
 }
 
@@ -86,12 +115,22 @@ pub struct WindowAggregate {
     hasher: KeyHasher,
     size: i64,
     slide: i64,
+    /// The width of a slice, `gcd(size, slide)`; equal to `size` for a
+    /// tumbling window, whose groups are then its windows.
+    slice: i64,
     /// Allowed lateness: a window fires, and stops taking rows, once the
     /// watermark passes its end plus this.
     lateness: i64,
     /// (window start, key) → the group's accumulators; its watermark is
     /// the highest seen: every window ending at or before it has fired.
     table: StateTable<GroupCodec>,
+    /// Sliced: every window closing at or before this has fired, for every
+    /// key (the table's watermark may be higher after a restore: it is the
+    /// lowest a writer of the state had *seen*, not the lowest it fired).
+    fired_through: Option<i64>,
+    /// Sliced, after a restore until the watermark passes them all: how far
+    /// each writer of the restored slices had fired its own keys' windows.
+    writers: WriterWatermarks,
     ctx: StateContext,
     format: StateFormat,
     gauge: StateGauge,
@@ -103,9 +142,15 @@ impl WindowAggregate {
         let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
             .map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(GroupCodec(plan.aggregates.clone()), Some("window_start"))?;
+        let size = plan.spec.size.as_micros() as i64;
+        let slide = plan.spec.slide.as_micros() as i64;
+        let writers = table.restored_writers().clone();
         Ok(WindowAggregate {
-            size: plan.spec.size.as_micros() as i64,
-            slide: plan.spec.slide.as_micros() as i64,
+            fired_through: writers.floor(),
+            writers,
+            size,
+            slide,
+            slice: if plan.sliced { gcd(size, slide) } else { size },
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
             format: plan.format(),
             plan,
@@ -119,6 +164,84 @@ impl WindowAggregate {
     /// Encode every group of this task as one IPC object.
     pub fn snapshot(&self, epoch: u64) -> Result<StateSnapshot, TaskError> {
         self.ctx.snapshot(epoch, &self.table)
+    }
+
+    /// Emit every hopping window that closes at or before `watermark` and
+    /// was still open at `previous`, each the merge of its slices, and drop
+    /// the slices no window still to fire holds.
+    fn fire_slices(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
+        let previous = self.fired_through;
+        let closes = self.size.saturating_add(self.lateness);
+        let (slide, size) = (self.slide, self.size);
+        // The smallest window start greater than `t`.
+        let start_after = |t: i64| {
+            t.div_euclid(slide)
+                .saturating_mul(slide)
+                .saturating_add(slide)
+        };
+        // Every window with `start + closes <= previous` has fired.
+        let mut first = previous.map(|p| start_after(p.saturating_sub(closes)));
+        while let Some(oldest) = self.table.first_scope() {
+            // The first window still to fire that holds the oldest slice.
+            let start = first.map_or(start_after(oldest.saturating_sub(size)), |f| {
+                f.max(start_after(oldest.saturating_sub(size)))
+            });
+            if start > oldest {
+                // No window still to fire holds it (its rows were all in
+                // windows that fired).
+                self.table.pop_closed_scope(|_| true);
+                continue;
+            }
+            if start.saturating_add(closes) > watermark {
+                break;
+            }
+            self.emit_merged(start, out)?;
+            let next = start.saturating_add(slide);
+            first = Some(next);
+            while self.table.pop_closed_scope(|slice| slice < next).is_some() {}
+        }
+        self.fired_through = Some(watermark);
+        if self.writers.highest().is_none_or(|h| h <= watermark) {
+            self.writers = WriterWatermarks::default();
+        }
+        Ok(())
+    }
+
+    /// Emit the window starting at `start`: per key, its slices merged —
+    /// but not for keys whose restored writer had already fired it.
+    fn emit_merged(&self, start: i64, out: &mut Emitter) -> Result<(), TaskError> {
+        let aggregates = &self.plan.aggregates;
+        let closes = start
+            .saturating_add(self.size)
+            .saturating_add(self.lateness);
+        let fired_by_writer = |key: &[u8]| {
+            !self.writers.is_empty()
+                && self
+                    .writers
+                    .of_vnode(KeyHasher::vnode_of(key))
+                    .is_some_and(|w| closes <= w)
+        };
+        let mut merged: std::collections::BTreeMap<&[u8], GroupAccs> =
+            std::collections::BTreeMap::new();
+        for (_, key, group) in self.table.scopes_in(start, start.saturating_add(self.size)) {
+            if fired_by_writer(key) {
+                continue;
+            }
+            match merged.entry(key) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(group.clone());
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    aggregates.merge(o.get_mut(), group);
+                }
+            }
+        }
+        let groups: Vec<(&[u8], GroupAccs)> = merged.into_iter().collect();
+        for chunk in groups.chunks(OUTPUT_BATCH) {
+            let batch = self.output(start, chunk)?;
+            out.emit(batch)?;
+        }
+        Ok(())
     }
 
     /// Emit and drop every window that ends at or before `watermark`.
@@ -136,17 +259,17 @@ impl WindowAggregate {
         Ok(())
     }
 
-    fn output(
+    fn output<K: AsRef<[u8]>>(
         &self,
         start: i64,
-        groups: &[(Box<[u8]>, GroupAccs)],
+        groups: &[(K, GroupAccs)],
     ) -> Result<RecordBatch, TaskError> {
         let n = groups.len();
         let parser = self.hasher.converter().parser();
         let keys = self
             .hasher
             .converter()
-            .convert_rows(groups.iter().map(|(k, _)| parser.parse(k)))
+            .convert_rows(groups.iter().map(|(k, _)| parser.parse(k.as_ref())))
             .map_err(self.ctx.arrow("decoding keys"))?;
         let end = start.saturating_add(self.size);
         let mut columns: Vec<ArrayRef> = vec![
@@ -190,6 +313,23 @@ impl Operator for WindowAggregate {
                 true => &[],
                 false => rows.row(row).data(),
             };
+            if self.slice != self.size {
+                // Sliced: one fold, into the slice, unless every window
+                // holding the row has fired (the last one starts at the
+                // window start at or before it).
+                let last = t.div_euclid(self.slide) * self.slide;
+                let closes = last.saturating_add(self.size).saturating_add(self.lateness);
+                if watermark.is_none_or(|w| closes > w) {
+                    let slice = t.div_euclid(self.slice) * self.slice;
+                    let group = self
+                        .table
+                        .get_or_insert_with(slice, key, || aggregates.new_group());
+                    aggregates.fold(group, &values, row, t);
+                } else {
+                    late.push(row as u32);
+                }
+                continue;
+            }
             let mut start = t.div_euclid(self.slide) * self.slide;
             let mut placed = false;
             while start > t.saturating_sub(self.size) {
@@ -216,7 +356,10 @@ impl Operator for WindowAggregate {
 
     fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
         if let Some(w) = advance(self.table.watermark_mut(), watermark) {
-            self.fire(w, out)?;
+            match self.slice != self.size {
+                true => self.fire_slices(w, out)?,
+                false => self.fire(w, out)?,
+            }
             self.gauge.report(self.table.len() as u64, out);
         }
         // Windows kept open by allowed lateness emit rows up to that much
@@ -227,4 +370,12 @@ impl Operator for WindowAggregate {
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
         self.ctx.checkpoint(epoch, &self.format, &mut self.table)
     }
+}
+
+/// The greatest common divisor (the slice width of a hopping window).
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    while b != 0 {
+        (a, b) = (b, a.rem_euclid(b));
+    }
+    a.abs().max(1)
 }

@@ -201,6 +201,18 @@ fn feed(
     batch: &RecordBatch,
     watermark: Option<i64>,
 ) {
+    feed_lagging(ops, out, batch, watermark, 0)
+}
+
+/// [`feed`], task `t`'s watermark `t * lag_us` behind the others (tasks
+/// of a stage are at different watermarks, and snapshot at them).
+fn feed_lagging(
+    ops: &mut [WindowAggregate],
+    out: &mut Emitter,
+    batch: &RecordBatch,
+    watermark: Option<i64>,
+    lag_us: i64,
+) {
     let hasher = KeyHasher::new(&batch.schema(), &["auction".to_string()]).expect("hasher");
     let owners = VnodeRange::owners(ops.len());
     let vnodes = hasher.vnodes(batch).expect("vnodes");
@@ -214,7 +226,8 @@ fn feed(
         ops[task].on_batch(0, part, out).expect("batch");
     }
     if let Some(w) = watermark {
-        for op in ops.iter_mut() {
+        for (t, op) in ops.iter_mut().enumerate() {
+            let w = w.saturating_sub(lag_us.saturating_mul(t as i64));
             op.on_watermark(Watermark::At(w), out).expect("watermark");
         }
     }
@@ -235,6 +248,7 @@ proptest! {
         before in 1usize..4,
         after in 1usize..4,
         restart in 0.0f64..1.0,
+        lag_ms in prop::sample::select(vec![0i64, 0, 90, 700]),
     ) {
         let input = bids(seed, rows, keys, delay_ms);
         let expected = oracle(&input, slide_ms, hops);
@@ -280,7 +294,15 @@ proptest! {
                 max_seen = max_seen.max(times.value(r));
             }
             // The source's watermark: the newest time minus the delay (µs).
-            feed(&mut ops, &mut out, &batch, Some((max_seen - delay_ms) * 1000));
+            // Tasks after the first lag behind it: on a restore onto other
+            // tasks, their state was saved at different watermarks.
+            feed_lagging(
+                &mut ops,
+                &mut out,
+                &batch,
+                Some((max_seen - delay_ms) * 1000),
+                lag_ms * 1000,
+            );
             collect(&rx, &mut got);
             start += len;
         }
@@ -436,4 +458,51 @@ fn a_window_without_key_is_one_global_group() {
         hasher.vnodes(&batch(&[1, 2])).expect("vnodes"),
         vec![KeyHasher::vnode_of(&[]); 2]
     );
+}
+
+#[test]
+fn a_hopping_windows_row_counts_only_in_its_windows_still_open() {
+    // 300 ms every 100 ms, kept as 100 ms slices: a row at 50 is in
+    // [-200, 100), [-100, 200) and [0, 300).
+    let (mut ops, mut out, rx, _dir) = one_task(spec(100, 3));
+    let base = BASE;
+    let rel = |rows: &[Row]| rows.iter().map(|r| (r.0 - base, r.2)).collect::<Vec<_>>();
+    feed(&mut ops, &mut out, &batch(&[50]), Some((base + 150) * 1000));
+    let mut rows = Vec::new();
+    collect(&rx, &mut rows);
+    assert_eq!(rel(&rows), vec![(-200, 1)], "only [-200, 100) has closed");
+    // A row at 60: its first window has fired, the other two are open, so
+    // it is not late and counts in those two only.
+    feed(
+        &mut ops,
+        &mut out,
+        &batch(&[60]),
+        Some((base + 1000) * 1000),
+    );
+    let mut rest = Vec::new();
+    collect(&rx, &mut rest);
+    rest.sort_unstable();
+    assert_eq!(rel(&rest), vec![(-100, 2), (0, 2)]);
+    assert_eq!(
+        out.metrics
+            .late_rows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    // Behind every window that holds it, a row is late.
+    feed(
+        &mut ops,
+        &mut out,
+        &batch(&[250]),
+        Some((base + 2000) * 1000),
+    );
+    assert_eq!(
+        out.metrics
+            .late_rows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let mut none = Vec::new();
+    collect(&rx, &mut none);
+    assert!(none.is_empty(), "{none:?}");
 }
