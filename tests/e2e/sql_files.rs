@@ -326,6 +326,48 @@ fn the_nexmark_sql_examples_validate_and_write_the_rows_of_their_toml_twins() {
 }
 
 #[test]
+fn flinks_date_format_split_index_and_regexp_extract_compute_what_flink_does() {
+    // Flink's spellings (Java date patterns, fields from 0, NULL where
+    // nothing is there): before they were translated, DATE_FORMAT wrote
+    // its pattern's letters ('yyyy-MM-dd') on every row, without an error.
+    let s = Scratch::new();
+    s.write(
+        "f.sql",
+        "CREATE TABLE bid (auction BIGINT, url VARCHAR, date_time TIMESTAMP(3))
+           WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 50);
+         CREATE TABLE out (auction BIGINT, d VARCHAR, hm VARCHAR, dir VARCHAR, none VARCHAR, id VARCHAR, nothing VARCHAR)
+           WITH ('connector' = 'file-sink', 'allow_write' = 'out', 'config.path' = 'out', 'config.format' = 'jsonl');
+         INSERT INTO out SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd'), DATE_FORMAT(date_time, 'HH:mm'),
+           SPLIT_INDEX(url, '/', 2), SPLIT_INDEX(url, '/', 99),
+           REGEXP_EXTRACT('a=1&channel_id=x7&b', '(&|^)channel_id=([^&]*)', 2),
+           REGEXP_EXTRACT(url, 'no such text', 0)
+         FROM bid;",
+    );
+    assert_exit(&s.fvhost(&["run", "f.sql", "--no-progress"]), 0);
+    let rows = s.output_lines("out");
+    // 50 Nexmark events, 46 of them bids.
+    assert_eq!(rows.len(), 46);
+    for row in rows {
+        let v: Value = serde_json::from_str(&row).expect("a JSON line");
+        let text = |c: &str| v[c].as_str().unwrap_or_default().to_string();
+        let (d, hm) = (text("d"), text("hm"));
+        assert!(
+            d.len() == 10 && d.as_bytes()[4] == b'-' && d[..4].parse::<u32>().is_ok(),
+            "{row}"
+        );
+        assert!(
+            hm.len() == 5 && hm.as_bytes()[2] == b':' && hm[..2].parse::<u32>().is_ok(),
+            "{row}"
+        );
+        // https://www.nexmark.com/…: field 2 is the host.
+        assert_eq!(text("dir"), "www.nexmark.com", "{row}");
+        assert!(v.get("none").is_none_or(Value::is_null), "{row}");
+        assert_eq!(text("id"), "x7", "{row}");
+        assert!(v.get("nothing").is_none_or(Value::is_null), "{row}");
+    }
+}
+
+#[test]
 fn a_sql_topology_is_refused_by_submit_with_the_way_to_run_it() {
     let s = Scratch::new();
     s.write("p.sql", SQL);

@@ -127,10 +127,15 @@ impl<'a> Positions<'a> {
             (Some(line), Some(column)) => self.offset(Location { line, column }),
             _ => None,
         };
-        SqlProblem {
-            offset,
-            message: message[..at].to_string(),
+        let mut message = message[..at].to_string();
+        // Flink's lookup-join form, which sqlparser does not read: say what
+        // it is rather than which token it expected.
+        if message.contains("SYSTEM_TIME") {
+            message = format!(
+                "`FOR SYSTEM_TIME AS OF` (a lookup join) is not planned from SQL yet: in TOML, a SQL stage's `lookup = {{ table = … }}` over a `[tables.x]` (README, Topology reference) ({message})"
+            );
         }
+        SqlProblem { offset, message }
     }
 
     fn of_ident(&self, ident: &Ident) -> Option<usize> {

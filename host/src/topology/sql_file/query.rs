@@ -75,7 +75,10 @@ impl Translator<'_> {
     ) -> Result<String, SqlProblem> {
         let at = self.positions.offset(query.span().start);
         let mut query = query.clone();
-        flink_functions(&mut query);
+        flink_functions(&mut query).map_err(|(offset, message)| SqlProblem {
+            offset: offset.or(at),
+            message,
+        })?;
         let query = &query;
         let refuse = |what: &str, advice: &str| SqlProblem {
             offset: at,
@@ -790,25 +793,195 @@ fn after_keeps_window_end(items: &[SelectItem]) -> bool {
 }
 
 /// Flink's scalar functions that DataFusion spells otherwise, rewritten:
-/// `MOD(a, b)` is `a % b`.
-fn flink_functions(query: &mut Query) {
-    let _ = visit_expressions_mut(query, |e| {
-        if let Expr::Function(f) = e
-            && f.over.is_none()
-            && f.name.to_string().eq_ignore_ascii_case("MOD")
-            && let [
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(a)),
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(b)),
-            ] = function_args(f).as_slice()
-        {
-            *e = Expr::Nested(Box::new(Expr::BinaryOp {
-                left: Box::new(a.clone()),
-                op: BinaryOperator::Modulo,
-                right: Box::new(b.clone()),
-            }));
+/// `MOD(a, b)` is `a % b`; `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` takes a
+/// Java pattern, DataFusion's a strftime one (translated, or refused:
+/// passed through, DataFusion would print the pattern's letters);
+/// `SPLIT_INDEX(s, sep, i)` is the `i`-th field (from 0), NULL past the
+/// last, as Flink's; `REGEXP_EXTRACT(s, re, i)` the first match's group
+/// `i`, NULL without a match. Otherwise: the offset and message of a refusal.
+fn flink_functions(query: &mut Query) -> Result<(), (Option<usize>, String)> {
+    let flow = visit_expressions_mut(query, |e| {
+        let Expr::Function(f) = e else {
+            return ControlFlow::Continue(());
+        };
+        if f.over.is_some() {
+            return ControlFlow::Continue(());
         }
-        ControlFlow::<()>::Continue(())
+        let name = f.name.to_string().to_ascii_uppercase();
+        let args: Vec<Expr> = function_args(f)
+            .into_iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                _ => None,
+            })
+            .collect();
+        match (name.as_str(), args.as_slice()) {
+            ("MOD", [a, b]) => {
+                *e = Expr::Nested(Box::new(Expr::BinaryOp {
+                    left: Box::new(a.clone()),
+                    op: BinaryOperator::Modulo,
+                    right: Box::new(b.clone()),
+                }));
+            }
+            ("DATE_FORMAT", [time, pattern]) => {
+                let converted = values::string(pattern)
+                    .ok_or_else(|| "DATE_FORMAT's pattern must be a string literal such as 'yyyy-MM-dd HH:mm:ss'".to_string())
+                    .and_then(|p| strftime_of_java(&p));
+                match converted {
+                    Ok(format) => {
+                        let text = format!("to_char({time}, '{}')", format.replace('\'', "''"));
+                        match parse_expr(&text) {
+                            Ok(rewritten) => *e = rewritten,
+                            Err(message) => return ControlFlow::Break((None, message)),
+                        }
+                    }
+                    Err(message) => {
+                        return ControlFlow::Break((None, format!("`{e}`: {message}")));
+                    }
+                }
+            }
+            ("SPLIT_INDEX", [text, separator, index]) => {
+                let Some(i) = index.to_string().parse::<u64>().ok() else {
+                    return ControlFlow::Break((
+                        None,
+                        format!(
+                            "`{e}`: SPLIT_INDEX's index must be a whole number literal (0 is the first field)"
+                        ),
+                    ));
+                };
+                // Fields = separators + 1; NULL past the last field (split_part
+                // would give '').
+                let rewritten = format!(
+                    "CASE WHEN (char_length({text}) - char_length(replace({text}, {separator}, ''))) / char_length({separator}) >= {i} THEN split_part({text}, {separator}, {}) END",
+                    i + 1
+                );
+                match parse_expr(&rewritten) {
+                    Ok(rewritten) => *e = Expr::Nested(Box::new(rewritten)),
+                    Err(message) => return ControlFlow::Break((None, message)),
+                }
+            }
+            ("REGEXP_EXTRACT", [text, regex, rest @ ..]) if rest.len() <= 1 => {
+                let group = match rest.first() {
+                    None => Some(1),
+                    Some(g) => g.to_string().parse::<u32>().ok(),
+                };
+                let (Some(group), Some(pattern)) = (group, values::string(regex)) else {
+                    return ControlFlow::Break((
+                        None,
+                        format!(
+                            "`{e}`: REGEXP_EXTRACT's pattern must be a string literal and its group a whole number literal"
+                        ),
+                    ));
+                };
+                // The first match's group `group` (0: all of it), NULL when
+                // nothing matches: the whole text replaced by that group.
+                let whole = format!("^(?s:.*?)({pattern})(?s:.*)$").replace('\'', "''");
+                let rewritten = format!(
+                    "CASE WHEN regexp_like({text}, {regex}) THEN regexp_replace({text}, '{whole}', '${{{}}}') END",
+                    group + 1
+                );
+                match parse_expr(&rewritten) {
+                    Ok(rewritten) => *e = Expr::Nested(Box::new(rewritten)),
+                    Err(message) => return ControlFlow::Break((None, message)),
+                }
+            }
+            ("PROCTIME", _) => {
+                return ControlFlow::Break((
+                    None,
+                    "PROCTIME() (processing time) is not planned: fvhost's windows run on event time only, so that a rerun writes the same rows; declare `WATERMARK FOR <time column> AS …` and window on that column".to_string(),
+                ));
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
     });
+    match flow {
+        ControlFlow::Break(refusal) => Err(refusal),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// One SQL expression parsed (a rewrite built as text).
+fn parse_expr(text: &str) -> Result<Expr, String> {
+    Parser::new(&GenericDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| format!("rewriting `{text}`: {e}"))
+}
+
+/// A Java `DateTimeFormatter`/`SimpleDateFormat` pattern (Flink's
+/// DATE_FORMAT) as a strftime one (DataFusion's `to_char`), or why not.
+fn strftime_of_java(pattern: &str) -> Result<String, String> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' {
+            // Quoted literal text; '' is one quote.
+            let mut j = i + 1;
+            if chars.get(j) == Some(&'\'') {
+                out.push('\'');
+                i = j + 1;
+                continue;
+            }
+            while j < chars.len() && chars[j] != '\'' {
+                match chars[j] {
+                    '%' => out.push_str("%%"),
+                    other => out.push(other),
+                }
+                j += 1;
+            }
+            i = j + 1;
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            match c {
+                '%' => out.push_str("%%"),
+                other => out.push(other),
+            }
+            i += 1;
+            continue;
+        }
+        let mut run = 1;
+        while chars.get(i + run) == Some(&c) {
+            run += 1;
+        }
+        let spec = match (c, run) {
+            ('y' | 'u', 2) => "%y",
+            ('y' | 'u', _) => "%Y",
+            ('M', 1) => "%-m",
+            ('M', 2) => "%m",
+            ('M', 3) => "%b",
+            ('M', _) => "%B",
+            ('d', 1) => "%-d",
+            ('d', _) => "%d",
+            ('D', _) => "%j",
+            ('H', 1) => "%-H",
+            ('H', _) => "%H",
+            ('h', 1) => "%-I",
+            ('h', _) => "%I",
+            ('m', 1) => "%-M",
+            ('m', _) => "%M",
+            ('s', 1) => "%-S",
+            ('s', _) => "%S",
+            ('S', 3) => "%3f",
+            ('S', 6) => "%6f",
+            ('S', 9) => "%9f",
+            ('a', _) => "%p",
+            ('E', 1..=3) => "%a",
+            ('E', _) => "%A",
+            _ => {
+                return Err(format!(
+                    "the pattern letter `{}` in '{pattern}' has no equivalent here (supported: y, M, d, D, H, h, m, s, SSS, a, E and 'quoted text')",
+                    std::iter::repeat_n(c, run).collect::<String>()
+                ));
+            }
+        };
+        out.push_str(spec);
+        i += run;
+    }
+    Ok(out)
 }
 
 /// Split a GROUP BY or PARTITION BY (`clause`) into how many of

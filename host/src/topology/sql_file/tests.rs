@@ -390,3 +390,59 @@ fn flinks_parallelism_default_sets_the_stages_parallelism() {
     ));
     assert_eq!(t["stage_parallelism"], toml::Value::Integer(2));
 }
+
+#[test]
+fn flinks_date_format_and_split_index_become_datafusions() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT DATE_FORMAT(date_time, 'yyyy-MM-dd'), DATE_FORMAT(date_time, 'HH:mm:ss.SSS ''at'' %'), SPLIT_INDEX(CAST(auction AS VARCHAR), '/', 3) FROM bid;"
+    ));
+    let sql = t["stages"]["out_insert"]["sql"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(sql.contains("to_char(date_time, '%Y-%m-%d')"), "{sql}");
+    assert!(
+        sql.contains("to_char(date_time, '%H:%M:%S.%3f at %%')"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("THEN split_part(CAST(auction AS VARCHAR), '/', 4) END"),
+        "{sql}"
+    );
+    assert!(sql.contains(">= 3"), "{sql}");
+}
+
+#[test]
+fn flink_functions_without_an_equivalent_are_refused_where_they_are_written() {
+    let problems = problems_of(&format!(
+        "{BIDS}INSERT INTO out SELECT DATE_FORMAT(date_time, 'yyyy-ww') FROM bid;"
+    ));
+    assert!(
+        problems[0].1.contains("the pattern letter `ww`"),
+        "{problems:?}"
+    );
+    let problems = problems_of(&format!(
+        "{BIDS}INSERT INTO out SELECT auction, PROCTIME() FROM bid;"
+    ));
+    assert!(problems[0].1.contains("event time only"), "{problems:?}");
+    let problems = problems_of(&format!(
+        "{BIDS}INSERT INTO out SELECT b.auction FROM bid AS b JOIN bid FOR SYSTEM_TIME AS OF b.date_time AS s ON b.auction = s.auction;"
+    ));
+    assert!(problems[0].1.contains("lookup join"), "{problems:?}");
+    assert!(problems[0].0.is_some(), "{problems:?}");
+}
+
+#[test]
+fn flinks_regexp_extract_is_the_first_matchs_group_or_null() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT REGEXP_EXTRACT(CAST(auction AS VARCHAR), '(&|^)id=([^&]*)', 2) FROM bid;"
+    ));
+    let sql = t["stages"]["out_insert"]["sql"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        sql.contains(
+            "CASE WHEN regexp_like(CAST(auction AS VARCHAR), '(&|^)id=([^&]*)') THEN regexp_replace(CAST(auction AS VARCHAR), '^(?s:.*?)((&|^)id=([^&]*))(?s:.*)$', '${3}') END"
+        ),
+        "{sql}"
+    );
+}
