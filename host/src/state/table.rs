@@ -600,9 +600,10 @@ impl<C: ValueCodec> StateTable<C> {
         self.writers = writers;
     }
 
-    /// How far each writer of the restored state had got.
-    pub fn restored_writers(&self) -> &WriterWatermarks {
-        &self.writers
+    /// How far each writer of the restored state had got, handed to the
+    /// operator that needs it (the table itself needs only the lowest).
+    pub fn take_restored_writers(&mut self) -> WriterWatermarks {
+        std::mem::take(&mut self.writers)
     }
 }
 

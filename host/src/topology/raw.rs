@@ -547,10 +547,7 @@ fn read_stage(
     let sandbox = node.take_sandbox();
     let key = format!("stages.{name}");
     check_name(ctx, &key, &name, errors);
-    let parallelism = match node.parallelism {
-        Some(p) => ctx.parallelism(&key, Some(p), errors),
-        None => ctx.stage_parallelism.unwrap_or(1),
-    };
+    let parallelism = ctx.parallelism(&key, node.parallelism.or(ctx.stage_parallelism), errors);
     let inputs = node
         .input
         .take()
@@ -799,7 +796,8 @@ pub(super) struct Ctx<'a> {
     dir: &'a Path,
     /// Under `fvhost serve`: where grants and plugin files may point.
     confinement: Option<&'a Confinement>,
-    /// `stage_parallelism`: the parallelism of a stage that sets none.
+    /// `stage_parallelism` (checked to be at least 1): the parallelism of
+    /// a stage that sets none.
     stage_parallelism: Option<u32>,
 }
 

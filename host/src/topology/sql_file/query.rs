@@ -710,13 +710,7 @@ fn group_window(
             if shape.is_some() {
                 return Err(problem("a GROUP BY takes one window".into()));
             }
-            let args: Vec<Expr> = function_args(f)
-                .into_iter()
-                .filter_map(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-                    _ => None,
-                })
-                .collect();
+            let args = unnamed_expr_args(f);
             let usage = || {
                 problem(format!(
                     "`{e}`: write SESSION(time_col, INTERVAL '10' SECOND), TUMBLE(time_col, size) or HOP(time_col, slide, size)"
@@ -808,13 +802,7 @@ fn flink_functions(query: &mut Query) -> Result<(), (Option<usize>, String)> {
             return ControlFlow::Continue(());
         }
         let name = f.name.to_string().to_ascii_uppercase();
-        let args: Vec<Expr> = function_args(f)
-            .into_iter()
-            .filter_map(|a| match a {
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-                _ => None,
-            })
-            .collect();
+        let args = unnamed_expr_args(f);
         match (name.as_str(), args.as_slice()) {
             ("MOD", [a, b]) => {
                 *e = Expr::Nested(Box::new(Expr::BinaryOp {
@@ -1029,6 +1017,18 @@ pub(super) fn function_args(f: &Function) -> Vec<FunctionArg> {
         FunctionArguments::List(list) => list.args.clone(),
         _ => Vec::new(),
     }
+}
+
+/// A function call's positional expression arguments (named ones and `*`
+/// left out).
+fn unnamed_expr_args(f: &Function) -> Vec<Expr> {
+    function_args(f)
+        .into_iter()
+        .filter_map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `FROM "node" [AS alias]`, the relation of a generated stage (quoted:

@@ -141,10 +141,11 @@ impl WindowAggregate {
     pub fn new(plan: WindowPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
         let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
             .map_err(ctx.arrow("finding the key columns"))?;
-        let table = ctx.restore_table(GroupCodec(plan.aggregates.clone()), Some("window_start"))?;
+        let mut table =
+            ctx.restore_table(GroupCodec(plan.aggregates.clone()), Some("window_start"))?;
         let size = plan.spec.size.as_micros() as i64;
         let slide = plan.spec.slide.as_micros() as i64;
-        let writers = table.restored_writers().clone();
+        let writers = table.take_restored_writers();
         Ok(WindowAggregate {
             fired_through: writers.floor(),
             writers,
