@@ -3,44 +3,95 @@
 //! through a topic, and a member killed with SIGKILL and started again
 //! leaves output equal to one plain process's.
 //!
-//! Broker: librdkafka's mock cluster, reached over TCP by every member
-//! (it runs consumer groups with session timeouts; it has no CreateTopics,
-//! so the test makes the internal topics first).
+//! Every scenario runs on two brokers ([`GroupBroker`]): librdkafka's
+//! mock cluster, reached over TCP by every member (it has no CreateTopics,
+//! so the test makes the internal topics first), and tansu, a real
+//! Kafka-protocol broker (the members create their topics). On tansu 0.6
+//! the members run with `trim = false` (its storage panics on
+//! DeleteRecords) and without the idempotent producer (its idempotence
+//! check panics its storage task when a producer restarts: `more or less
+//! than one row` in `idempotent_message_check`); the exchange's own
+//! sequence numbers still drop duplicates and fail on gaps.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cluster_topology::{self, Sinks};
+use crate::cluster_topology::{self, Sinks, claims};
+use crate::kafka::broker::Broker;
 use crate::kafka::mock::TrackedMock;
 use crate::support::{Scratch, assert_exit, cache_dir, crash_seed, next_random};
 
 /// Input events: about 5 s of it at the paced rate.
 const EVENTS: u64 = 60_000;
 
-/// The shared topology with file sinks and 300 ms checkpoints, as one job
-/// of several members on `brokers`.
-fn topology(name: &str, rate: u64, brokers: &str) -> String {
-    topology_of(name, EVENTS, rate, brokers)
+/// A broker the members of a group share.
+enum GroupBroker {
+    /// librdkafka's mock cluster.
+    Mock(TrackedMock),
+    /// tansu (sqlite storage).
+    Tansu(Broker),
 }
 
-/// [`topology`] with `events` input events.
-fn topology_of(name: &str, events: u64, rate: u64, brokers: &str) -> String {
-    let mut t = cluster_topology::topology(name, events, rate, "300ms", Sinks::Files);
-    t.push_str(&format!(
-        "\n[cluster]\nbrokers = \"kafka://{brokers}\"\nplacement = \"group\"\nsession_timeout = \"2s\"\n"
-    ));
-    if let Ok(debug) = std::env::var("FV_MEMBER_DEBUG") {
-        t.push_str(&format!("client = {{ debug = \"{debug}\" }}\n"));
+impl GroupBroker {
+    fn mock() -> GroupBroker {
+        GroupBroker::Mock(TrackedMock::untracked())
     }
-    t
-}
 
-/// The internal topics of the job `name` (the mock cluster cannot create
-/// them).
-fn create_topics(broker: &TrackedMock, name: &str) {
-    for (topic, partitions) in cluster_topology::member_topics(name) {
-        broker.create_topic(&topic, partitions);
+    fn tansu() -> GroupBroker {
+        GroupBroker::Tansu(Broker::start())
+    }
+
+    fn brokers(&self) -> String {
+        match self {
+            GroupBroker::Mock(m) => m.brokers(),
+            GroupBroker::Tansu(b) => b.addr(),
+        }
+    }
+
+    /// The session timeout the members run with, in seconds. Tansu 0.6
+    /// holds a follower's JoinGroup for 3 s (`PAUSE_MS`) without counting
+    /// it as contact, then evicts the follower if that exceeded the
+    /// session timeout: below about 5 s, members evict each other there
+    /// round after round.
+    fn session_secs(&self) -> u64 {
+        match self {
+            GroupBroker::Mock(_) => 2,
+            GroupBroker::Tansu(_) => 6,
+        }
+    }
+
+    /// Make what the job `name` needs before its members start: the mock
+    /// cluster cannot create the internal topics.
+    fn prepare(&self, name: &str) {
+        if let GroupBroker::Mock(m) = self {
+            for (topic, partitions) in cluster_topology::member_topics(name) {
+                m.create_topic(&topic, partitions);
+            }
+        }
+    }
+
+    /// The topology `name` with `events` input events at `rate`, as one
+    /// job of several members on this broker.
+    fn topology(&self, name: &str, events: u64, rate: u64) -> String {
+        let mut t = cluster_topology::topology(name, events, rate, "300ms", Sinks::Files);
+        t.push_str(&format!(
+            "\n[cluster]\nbrokers = \"kafka://{}\"\nplacement = \"group\"\nsession_timeout = \"{}s\"\n",
+            self.brokers(),
+            self.session_secs()
+        ));
+        let mut client = Vec::new();
+        if let GroupBroker::Tansu(_) = self {
+            t.push_str("trim = false\n");
+            client.push("\"enable.idempotence\" = \"false\"".to_string());
+        }
+        if let Ok(debug) = std::env::var("FV_MEMBER_DEBUG") {
+            client.push(format!("debug = \"{debug}\""));
+        }
+        if !client.is_empty() {
+            t.push_str(&format!("client = {{ {} }}\n", client.join(", ")));
+        }
+        t
     }
 }
 
@@ -132,29 +183,6 @@ fn wait_all(dir: &Path, members: &mut [Child], within: Duration) {
     }
 }
 
-/// Generation claims of the job: (number, members in its round).
-fn claims(dir: &Path) -> Vec<(u64, usize)> {
-    let gens = dir.join("store").join("cluster").join("generations");
-    let paths: Vec<std::path::PathBuf> = std::fs::read_dir(&gens)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    let mut out: Vec<(u64, usize)> = paths
-        .iter()
-        // A put in progress is a temporary file beside its target.
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .filter_map(|p| {
-            let v: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
-            Some((
-                v["generation"]["number"].as_u64()?,
-                v["round"]["members"].as_object().map_or(0, |m| m.len()),
-            ))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// Wait until a generation of `members` members newer than `after` is
 /// claimed: its number.
 fn await_generation(dir: &Path, members: usize, after: u64) -> u64 {
@@ -221,8 +249,16 @@ fn signal(child: &Child, signal: &str) {
 }
 
 #[test]
-fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() {
-    let broker = TrackedMock::untracked();
+fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes_on_the_mock() {
+    three_members_one_killed(GroupBroker::mock());
+}
+
+#[test]
+fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes_on_tansu() {
+    three_members_one_killed(GroupBroker::tansu());
+}
+
+fn three_members_one_killed(broker: GroupBroker) {
     let (top, alerts) = reference();
     assert!(
         top.len() > 10 && alerts.len() > 20,
@@ -234,8 +270,8 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
     for seed in 0..3 {
         let s = Scratch::new();
         let name = format!("group_{seed}");
-        create_topics(&broker, &name);
-        s.write("t.toml", &topology(&name, 12_000, &broker.brokers()));
+        broker.prepare(&name);
+        s.write("t.toml", &broker.topology(&name, EVENTS, 12_000));
         let mut members: Vec<Child> = (0..3).map(|i| start_member(s.path(), i, 0)).collect();
         // Once the three run one generation, let it run a while, then kill
         // one of them.
@@ -350,10 +386,19 @@ fn three_members_one_killed_and_restarted_write_what_one_plain_process_writes() 
 /// attempt where none did is repeated, up to four times; every attempt
 /// must write what one plain process writes.
 #[test]
-fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
+fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped_on_the_mock() {
+    paused_coordinator_is_fenced(GroupBroker::mock);
+}
+
+#[test]
+fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped_on_tansu() {
+    paused_coordinator_is_fenced(GroupBroker::tansu);
+}
+
+fn paused_coordinator_is_fenced(broker: fn() -> GroupBroker) {
     let (top, alerts) = reference();
     for attempt in 1..=4 {
-        if paused_coordinator(attempt, &top, &alerts) {
+        if paused_coordinator(broker(), attempt, &top, &alerts) {
             return;
         }
         eprintln!(
@@ -365,12 +410,16 @@ fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped() {
 
 /// One attempt of the paused-coordinator scenario; whether a late write
 /// was dropped by generation.
-fn paused_coordinator(attempt: u32, top: &[String], alerts: &[String]) -> bool {
-    let broker = TrackedMock::untracked();
+fn paused_coordinator(
+    broker: GroupBroker,
+    attempt: u32,
+    top: &[String],
+    alerts: &[String],
+) -> bool {
     let s = Scratch::new();
     let name = format!("zombie{attempt}");
-    create_topics(&broker, &name);
-    s.write("t.toml", &topology(&name, 8_000, &broker.brokers()));
+    broker.prepare(&name);
+    s.write("t.toml", &broker.topology(&name, EVENTS, 8_000));
     let mut members: Vec<Child> = (0..3).map(|i| start_member(s.path(), i, 0)).collect();
     let three = await_generation(s.path(), 3, 0);
     std::thread::sleep(Duration::from_millis(1200));
@@ -393,20 +442,31 @@ fn paused_coordinator(attempt: u32, top: &[String], alerts: &[String]) -> bool {
     let its_log = std::fs::read_to_string(s.path().join(format!("member-{coordinator}-0.log")))
         .expect("the paused member's log");
     assert!(
-        its_log.contains("was unresponsive for") && its_log.contains("session timeout (2.0 s)"),
+        its_log.contains("was unresponsive for")
+            && its_log.contains(&format!("session timeout ({}.0 s)", broker.session_secs())),
         "{its_log}"
     );
     dropped_other_generations(s.path(), 3) > 0
 }
 
 #[test]
-fn a_member_added_mid_run_then_all_killed_and_restarted_write_what_one_plain_process_writes() {
-    let broker = TrackedMock::untracked();
+fn a_member_added_mid_run_then_all_killed_and_restarted_write_what_one_plain_process_writes_on_the_mock()
+ {
+    member_added_then_all_killed(GroupBroker::mock());
+}
+
+#[test]
+fn a_member_added_mid_run_then_all_killed_and_restarted_write_what_one_plain_process_writes_on_tansu()
+ {
+    member_added_then_all_killed(GroupBroker::tansu());
+}
+
+fn member_added_then_all_killed(broker: GroupBroker) {
     let (top, alerts) = reference();
     let mut state = crash_seed("cluster members added");
     let s = Scratch::new();
-    create_topics(&broker, "grow");
-    s.write("t.toml", &topology("grow", 10_000, &broker.brokers()));
+    broker.prepare("grow");
+    s.write("t.toml", &broker.topology("grow", EVENTS, 10_000));
     let mut members: Vec<Child> = (0..2).map(|i| start_member(s.path(), i, 0)).collect();
     let two = await_generation(s.path(), 2, 0);
     std::thread::sleep(Duration::from_millis(500 + next_random(&mut state) % 1000));
@@ -428,18 +488,28 @@ fn a_member_added_mid_run_then_all_killed_and_restarted_write_what_one_plain_pro
 }
 
 #[test]
-fn a_member_with_another_topology_is_refused_naming_both_digests() {
-    let broker = TrackedMock::untracked();
+fn a_member_with_another_topology_is_refused_naming_both_digests_on_the_mock() {
+    odd_member_refused(GroupBroker::mock());
+}
+
+#[test]
+fn a_member_with_another_topology_is_refused_naming_both_digests_on_tansu() {
+    odd_member_refused(GroupBroker::tansu());
+}
+
+fn odd_member_refused(broker: GroupBroker) {
     let s = Scratch::new();
-    create_topics(&broker, "digests");
-    s.write("t.toml", &topology("digests", 6_000, &broker.brokers()));
+    broker.prepare("digests");
+    s.write("t.toml", &broker.topology("digests", EVENTS, 6_000));
     let mut members: Vec<Child> = (0..2).map(|i| start_member(s.path(), i, 0)).collect();
     await_generation(s.path(), 2, 0);
     // The same job name, another topology: a third member in its own
     // directory (same store and brokers).
     let other = s.path().join("other");
     std::fs::create_dir_all(&other).expect("dir");
-    let changed = topology("digests", 6_000, &broker.brokers()).replace("300ms", "400ms");
+    let changed = broker
+        .topology("digests", EVENTS, 6_000)
+        .replace("300ms", "400ms");
     std::fs::write(other.join("t.toml"), changed).expect("write");
     let run = Command::new(env!("CARGO_BIN_EXE_fvhost"))
         .args([
@@ -469,24 +539,132 @@ fn a_member_with_another_topology_is_refused_naming_both_digests() {
 }
 
 #[test]
-fn writers_on_unpaced_input_wait_for_their_readers_on_other_members() {
+fn writers_on_unpaced_input_wait_for_their_readers_on_other_members_on_the_mock() {
+    unpaced_writers_wait(GroupBroker::mock());
+}
+
+#[test]
+fn writers_on_unpaced_input_wait_for_their_readers_on_other_members_on_tansu() {
+    unpaced_writers_wait(GroupBroker::tansu());
+}
+
+fn unpaced_writers_wait(broker: GroupBroker) {
     // Unpaced, a writer outruns a reader on another member by far more
     // than the mock cluster keeps per partition (5 MB): without the bound
     // seen through the readers' commits, records go missing and no epoch
     // completes (`records are missing`), over and over.
     const UNPACED: u64 = 500_000;
-    let broker = TrackedMock::untracked();
     let (top, alerts) = reference_of(UNPACED);
     let s = Scratch::new();
-    create_topics(&broker, "unpaced");
-    s.write(
-        "t.toml",
-        &topology_of("unpaced", UNPACED, 0, &broker.brokers()),
-    );
+    broker.prepare("unpaced");
+    s.write("t.toml", &broker.topology("unpaced", UNPACED, 0));
     let mut members: Vec<Child> = (0..3).map(|i| start_member(s.path(), i, 0)).collect();
     wait_all(s.path(), &mut members, Duration::from_secs(240));
     assert_eq!(s.output_lines("out/top"), top);
     assert_eq!(s.output_lines("out/alerts"), alerts);
     let logs = logs(s.path());
     assert!(!logs.contains("records are missing"), "{logs}");
+}
+
+/// Wait until member `i`'s first log holds `needle`.
+fn await_log(dir: &Path, i: usize, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let path = dir.join(format!("member-{i}-0.log"));
+    while !std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .contains(needle)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "member {i} never logged `{needle}`\n{}",
+            logs(dir)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Send SIGTERM to `child`; how long it took to exit (it must exit 0).
+fn terminate(dir: &Path, child: &mut Child, within: Duration) -> Duration {
+    let sent = Instant::now();
+    signal(child, "-TERM");
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "exit {status} on SIGTERM\n{}", logs(dir));
+            return sent.elapsed();
+        }
+        if sent.elapsed() > within {
+            let _ = child.kill();
+            panic!(
+                "a member did not end within {within:?} of SIGTERM\n{}",
+                logs(dir)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGTERM in each phase of a member's life: while it waits for the
+/// group's assignment, while the members agree on a round, and while it
+/// runs a generation. Between generations it ends at once (nothing of
+/// the job runs there); in a generation, after its sources stop and its
+/// sinks commit. Tansu: its joins are slow (a follower's JoinGroup waits
+/// for the group's rebalance), which makes the first phase long enough
+/// to hit every time.
+#[test]
+fn sigterm_ends_a_member_at_once_between_generations_and_gracefully_within_one() {
+    let broker = GroupBroker::tansu();
+    let s = Scratch::new();
+    broker.prepare("stops");
+    s.write("t.toml", &broker.topology("stops", 10_000_000, 2_000));
+    let mut running = start_member(s.path(), 0, 0);
+    let one = await_generation(s.path(), 1, 0);
+    for (i, phase, needle, said) in [
+        (
+            1,
+            "waiting for the group",
+            "waiting for the consumer group",
+            "stopped on request while waiting for the consumer group",
+        ),
+        (
+            2,
+            "agreeing on a round",
+            "the group assigned this member tasks",
+            "stopped on request while the members agreed on a round",
+        ),
+    ] {
+        let mut joining = start_member(s.path(), i, 0);
+        await_log(s.path(), i, needle);
+        let took = terminate(s.path(), &mut joining, Duration::from_secs(30));
+        let log = std::fs::read_to_string(s.path().join(format!("member-{i}-0.log"))).expect("log");
+        if !log.contains(said) {
+            // Agreeing can take less than the signal takes to land: the
+            // member then ran a generation, and the stop was still clean.
+            // Tansu's slow joins make the first phase certain.
+            assert!(i == 2, "SIGTERM aimed at `{phase}` landed later\n{log}");
+            eprintln!("member {i}: SIGTERM aimed at `{phase}` landed later ({took:?})");
+            continue;
+        }
+        eprintln!("member {i}: SIGTERM while {phase}: ended in {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "between generations a member ends at once ({phase}: {took:?})\n{log}"
+        );
+        assert!(
+            !log.contains("joining again"),
+            "a member never leaves and rejoins the group: {log}"
+        );
+    }
+    // The first member, which runs a generation throughout, stops like
+    // any run: its sources stop, the in-flight batches finish, its sinks
+    // commit.
+    assert!(claims(s.path()).iter().all(|(g, _)| *g >= one));
+    terminate(s.path(), &mut running, Duration::from_secs(60));
+    let log = std::fs::read_to_string(s.path().join("member-0-0.log")).expect("log");
+    assert!(log.contains("stopped on request"), "{log}");
+    assert!(
+        std::fs::read_to_string(s.path().join("member-0").join("status.json"))
+            .expect("status")
+            .contains("\"STOPPED\""),
+        "the status record ends STOPPED"
+    );
 }

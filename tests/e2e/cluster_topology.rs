@@ -98,3 +98,27 @@ pub fn member_topics(name: &str) -> Vec<(String, i32)> {
     }
     topics
 }
+
+/// Generation claims of a job of several members whose epoch store is
+/// `dir/store`: (number, members in its round), oldest first.
+pub fn claims(dir: &std::path::Path) -> Vec<(u64, usize)> {
+    let gens = dir.join("store").join("cluster").join("generations");
+    let paths: Vec<std::path::PathBuf> = std::fs::read_dir(&gens)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let mut out: Vec<(u64, usize)> = paths
+        .iter()
+        // A put in progress is a temporary file beside its target.
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
+            Some((
+                v["generation"]["number"].as_u64()?,
+                v["round"]["members"].as_object().map_or(0, |m| m.len()),
+            ))
+        })
+        .collect();
+    out.sort();
+    out
+}

@@ -44,10 +44,15 @@ pub fn cache_dir() -> PathBuf {
 }
 
 impl Scratch {
+    /// A fresh directory, removed at the end unless `FV_KEEP_SCRATCH` is
+    /// set (to look at a failed test's files).
     pub fn new() -> Scratch {
-        Scratch {
-            dir: tempfile::tempdir().expect("tempdir"),
+        let mut dir = tempfile::tempdir().expect("tempdir");
+        if std::env::var_os("FV_KEEP_SCRATCH").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("scratch directory kept: {}", dir.path().display());
         }
+        Scratch { dir }
     }
 
     pub fn path(&self) -> &Path {

@@ -120,7 +120,7 @@ impl ControlReader {
         generation: Generation,
     ) -> Result<Self, ExchangeError> {
         let consumer: BaseConsumer = settings
-            .client_config()
+            .consumer_config()
             .set("group.id", format!("{topic}.readers"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")

@@ -129,9 +129,16 @@ impl Backlog {
     }
 }
 
-/// A partition this member writes and another member reads: how far its
-/// reader got (sequence number), and the edge's counters.
-type RemotePartition = (String, i32, Arc<AtomicU64>, Arc<ExchangeMetrics>);
+/// A partition this member writes and another member reads: where its
+/// reader started in this generation, how far it got (sequence number),
+/// and the edge's counters.
+type RemotePartition = (
+    String,
+    i32,
+    Option<i64>,
+    Arc<AtomicU64>,
+    Arc<ExchangeMetrics>,
+);
 
 /// The commit metadata of a reader: whose records it read, up to which.
 fn progress_metadata(generation: Generation, seq: u64) -> String {
@@ -147,6 +154,31 @@ fn progress_of(metadata: &str, generation: Generation) -> Option<u64> {
     (number == generation.number && nonce == generation.nonce).then_some(seq)
 }
 
+/// How far the reader of a partition read, from its committed `offset`:
+/// the sequence number in its metadata when that names `generation`.
+/// A broker that drops commit metadata (tansu 0.6 answers "") leaves the
+/// offset: each partition has one writer, so the records past the
+/// generation's `start` are this writer's, one sequence number each (a
+/// late record of an older generation in between makes this an
+/// overestimate, which only loosens the writer's bound, never loses a
+/// record).
+fn progress_seen(
+    committed: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>,
+    start: Option<i64>,
+    generation: Generation,
+) -> Option<u64> {
+    let metadata = committed.metadata();
+    if !metadata.is_empty() {
+        return progress_of(metadata, generation);
+    }
+    match (committed.offset(), start) {
+        (Offset::Offset(offset), Some(start)) if offset > start => {
+            u64::try_from(offset - start).ok()
+        }
+        _ => None,
+    }
+}
+
 /// Until `done`, read the offsets the readers of `partitions` committed
 /// and publish how far each read (this generation's records only).
 fn watch_remote_reads(
@@ -156,16 +188,16 @@ fn watch_remote_reads(
     done: &std::sync::atomic::AtomicBool,
 ) {
     let mut list = TopicPartitionList::new();
-    for (topic, partition, _, _) in partitions {
+    for (topic, partition, _, _, _) in partitions {
         list.add_partition(topic, *partition);
     }
     while !done.load(Ordering::Relaxed) {
         match consumer.committed_offsets(list.clone(), ADMIN_TIMEOUT) {
             Ok(committed) => {
-                for (topic, partition, read, metrics) in partitions {
+                for (topic, partition, start, read, metrics) in partitions {
                     if let Some(seq) = committed
                         .find_partition(topic, *partition)
-                        .and_then(|e| progress_of(e.metadata(), generation))
+                        .and_then(|e| progress_seen(&e, *start, generation))
                     {
                         let before = read.fetch_max(seq, Ordering::Relaxed);
                         StageMetrics::add(&metrics.read_of_ours, seq.saturating_sub(before));
@@ -306,17 +338,19 @@ impl Exchanges {
     ) -> Result<Exchanges, ExchangeError> {
         let mut config = settings.client_config();
         config
-            // Ordered and without duplicates per partition, even when the
-            // client retries. Readers check the records' sequence numbers
-            // as well: a broker without idempotence (`[cluster] client`
-            // may turn it off) can only cause a gap, which fails the run
-            // (it restarts from its last committed epoch), or a duplicate,
-            // which is dropped.
-            .set("enable.idempotence", "true")
             // Barriers must not wait long behind a half-full batch.
             .set("linger.ms", "5")
             .set("message.max.bytes", "2000000")
             .set("queue.buffering.max.kbytes", "65536");
+        // Ordered and without duplicates per partition, even when the
+        // client retries, unless `[cluster] client` turns it off (a broker
+        // whose idempotence is broken). Readers check the records'
+        // sequence numbers as well: without idempotence a retry can only
+        // cause a gap, which fails the run (it restarts from its last
+        // committed epoch), or a duplicate, which is dropped.
+        if !settings.client.contains_key("enable.idempotence") {
+            config.set("enable.idempotence", "true");
+        }
         let producer = config
             .create_with_context(DeliveryGuard {
                 control: Arc::clone(&control),
@@ -352,7 +386,7 @@ impl Exchanges {
     /// A client of the readers' group, which commits how far they read.
     fn progress_consumer(&self) -> Result<BaseConsumer, ExchangeError> {
         self.settings
-            .client_config()
+            .consumer_config()
             .set("group.id", self.readers_group())
             .set("enable.auto.commit", "false")
             .create()
@@ -432,9 +466,15 @@ impl RemoteEdges for Exchanges {
             true => edge.backlog(partition),
             false => {
                 let read = Arc::new(AtomicU64::new(0));
+                let start = self
+                    .starts
+                    .get(&*edge.topic)
+                    .and_then(|p| p.get(&partition))
+                    .copied();
                 self.remote_reads.push((
                     edge.topic.to_string(),
                     partition,
+                    start,
                     Arc::clone(&read),
                     Arc::clone(&edge.metrics),
                 ));
@@ -473,7 +513,7 @@ impl RemoteEdges for Exchanges {
             .get(&*edge.topic)
             .and_then(|p| p.get(&partition))
             .copied();
-        let mut config = self.settings.client_config();
+        let mut config = self.settings.consumer_config();
         config
             .set("group.id", self.readers_group())
             .set("enable.auto.commit", "false")
@@ -586,7 +626,7 @@ impl TopicAdmin {
     /// An admin client of `settings`' brokers.
     pub fn new(settings: &ClusterSettings) -> Result<TopicAdmin, ExchangeError> {
         let admin = settings
-            .client_config()
+            .consumer_config()
             .create()
             .map_err(|source| settings.client_error("creating an admin client", source))?;
         Ok(TopicAdmin {
@@ -1033,5 +1073,32 @@ mod tests {
         assert_eq!(progress_of(&committed, older), None, "another generation's");
         assert_eq!(progress_of("", generation), None);
         assert!(backlog.limit() < Backlog::default().limit());
+    }
+
+    #[test]
+    fn without_commit_metadata_progress_counts_the_records_past_the_generations_start() {
+        let generation = Generation {
+            number: 4,
+            nonce: 99,
+        };
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset("t", 0, Offset::Offset(107))
+            .expect("offset");
+        let elem = list.find_partition("t", 0).expect("partition");
+        // The reader of this generation started at 100 and committed 107:
+        // it read the writer's records 1..=7.
+        assert_eq!(progress_seen(&elem, Some(100), generation), Some(7));
+        // An older reader's commit (before this generation's start), or no
+        // known start: nothing is read into it.
+        assert_eq!(progress_seen(&elem, Some(107), generation), None);
+        assert_eq!(progress_seen(&elem, Some(200), generation), None);
+        assert_eq!(progress_seen(&elem, None, generation), None);
+        // With metadata, only the metadata counts.
+        let mut list = TopicPartitionList::new();
+        let mut e = list.add_partition("t", 0);
+        e.set_offset(Offset::Offset(107)).expect("offset");
+        e.set_metadata(progress_metadata(generation, 3));
+        let elem = list.find_partition("t", 0).expect("partition");
+        assert_eq!(progress_seen(&elem, Some(100), generation), Some(3));
     }
 }

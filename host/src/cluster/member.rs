@@ -1,19 +1,31 @@
 //! [`run_as_member`]: one member of a job that several processes share
 //! (`[cluster] placement = "group"`), from joining to the job's end.
 //!
-//! A member loops over *rounds*. In each, the consumer group assigns it
-//! some tasks ([`Membership`]); it reports them in the epoch store
-//! ([`RoundReport`]); the member that owns task 0 — the round's
-//! coordinator — waits until the reports cover every task once, chooses
-//! the epoch to resume from (discarding newer ones), reads where every
-//! internal topic ends, and claims the next [`Generation`] with all of it
-//! ([`JobRound`]). Every member then runs its tasks in that generation
-//! ([`crate::runtime::run_member`], with this cluster as its transport).
-//! Any change of membership (a member killed, paused past its session
-//! timeout, added) fails every member's run, and they all go round
-//! again: the newest manifest, a new generation, records of older ones
-//! dropped. A member whose own run fails leaves the group and joins
-//! again, which starts a round for all.
+//! The consumer group decides who is alive and which tasks each member
+//! runs ([`Membership`]); the members then agree, through the epoch store,
+//! on one generation that runs exactly that placement:
+//!
+//! 1. Every member writes its [`MemberReport`] (its tasks, a heartbeat
+//!    `beat`) and refreshes it every [`HEARTBEAT`] while it waits.
+//! 2. The member the group gave task 0 — the coordinator — proposes a
+//!    placement ([`Proposal`], a *round* named by a random id) once the
+//!    reports of live members (their beat moved lately, seen on its own
+//!    clock) cover every task exactly once.
+//! 3. A member accepts a proposal whose place for it is exactly its
+//!    current tasks, in its report.
+//! 4. Once every member of the proposal accepts it, the coordinator
+//!    chooses the epoch to resume from, fences the manifest chain, reads
+//!    where every internal topic ends and claims the next [`Generation`]
+//!    with all of it ([`JobRound`]); every member runs the claim of the
+//!    round it accepted ([`crate::runtime::run_member`]).
+//!
+//! No step depends on every member reading the same group generation id
+//! at the same moment, and a member never leaves the group because
+//! agreeing takes long (leaving starts a rebalance, which restarts the
+//! agreement for all). A generation ends on every member when the group
+//! changes, when a newer generation is claimed, or when one member's run
+//! fails on its own (it leaves a [`FailedGeneration`] marker); they then
+//! agree again. A stop request ends a member at once between generations.
 //!
 //! This module decides when a member runs and in which generation; it
 //! never runs a task itself.
@@ -27,7 +39,10 @@ use super::ClusterSettings;
 use super::control::{acks_topic, commands_topic};
 use super::exchange::{Exchanges, Offsets, TopicAdmin};
 use super::membership::{Assignment, Membership};
-use crate::epoch::{EpochError, EpochStore, Generation, JobRound, RoundReport, newest_restorable};
+use crate::epoch::{
+    EpochError, EpochStore, FailedGeneration, Generation, JobRound, MemberReport, Proposal,
+    newest_restorable,
+};
 use crate::runtime::status::MemberStatus;
 use crate::runtime::{MemberRun, Plan, RunControl, RunError, RunReport, Transport};
 
@@ -107,16 +122,31 @@ impl MemberJob {
         }
     }
 
-    /// How long a round may take to agree before the member joins again.
-    fn round_timeout(&self) -> Duration {
-        self.settings.session_timeout * 3 + Duration::from_secs(10)
+    /// How long a member waits for a round before it rejoins the group
+    /// (doubled at each try, until a round forms). Every member of a
+    /// rebalance gets its assignment at the same moment and reports
+    /// within a second or two (a beat, a read of the store), and a member
+    /// that dies meanwhile is expired by a compliant broker within the
+    /// session timeout, whose rebalance restarts the wait. A task still
+    /// unreported after half the session timeout and 3 s more is held by
+    /// a member the broker failed to expire (tansu 0.6 keeps a killed
+    /// member through the next rebalance); a wrong guess costs one
+    /// rebalance.
+    fn stuck_after(&self) -> Duration {
+        self.settings.session_timeout / 2 + Duration::from_secs(3)
     }
 
-    /// How long a join may wait for its assignment: the group's rebalance
-    /// timeout (twice the session timeout, see [`Membership::join`]) and
-    /// a margin.
-    fn join_timeout(&self) -> Duration {
-        self.settings.session_timeout * 2 + Duration::from_secs(5)
+    /// The member's place for the status record, with tasks by name.
+    fn named(&self, tasks: &[u32]) -> Vec<String> {
+        tasks
+            .iter()
+            .map(|t| {
+                self.task_names
+                    .get(*t as usize)
+                    .cloned()
+                    .unwrap_or_else(|| t.to_string())
+            })
+            .collect()
     }
 }
 
@@ -124,10 +154,14 @@ impl MemberJob {
 enum Agreement {
     /// Run this generation.
     Run(Generation, JobRound),
-    /// The membership changed meanwhile: go round again.
+    /// The group changed meanwhile: wait for the new assignment.
     Changed,
-    /// Nothing agreed in time: leave the group and join again.
-    TimedOut(String),
+    /// A stop was requested.
+    Stopped,
+    /// No round formed for [`MemberJob::stuck_after`]: the group places
+    /// tasks on a member that never reports (a broker that failed to
+    /// expire a dead member), or gives nobody task 0's round.
+    Stuck(String),
 }
 
 /// Run this member until the job ends (its sources drain), a stop is
@@ -141,89 +175,88 @@ pub fn run_as_member(
     stop: &RunControl,
     mut attempt: impl FnMut(&MemberRun, Arc<RunControl>, &dyn Transport) -> Result<RunReport, RunError>,
 ) -> Result<RunReport, RunError> {
+    let started = Instant::now();
     let admin = TopicAdmin::new(&job.settings)?;
     admin.ensure(&Membership::topic_name(&job.topology), job.tasks as i32)?;
     for (topic, partitions) in &job.topics {
         admin.ensure(topic, *partitions)?;
     }
-    let mut membership: Option<Membership> = None;
+    // Joined once: a member leaves the group only when it ends, or when
+    // the group is stuck on a member that never reports (below).
+    let mut group = Membership::join(&job.settings, &job.topology, job.settings.session_timeout)?;
+    let mut stuck_after = job.stuck_after();
+    let mut reporter = Reporter::new(job, store);
+    let mut last_run = 0;
+    let mut last_round = None;
     let mut local_failures = 0;
+    let stopped = |started: Instant| RunReport {
+        stages: Vec::new(),
+        elapsed: started.elapsed(),
+        stopped: true,
+        restored_epoch: None,
+        committed_epoch: None,
+    };
     loop {
-        let group = match &membership {
-            Some(m) => m,
-            None => membership.insert(Membership::join(
-                &job.settings,
-                &job.topology,
-                job.settings.session_timeout,
-            )?),
+        let Some((changes, assignment)) = wait_for_assignment(job, &group, stop) else {
+            tracing::info!("stopped on request while waiting for the consumer group");
+            return Ok(stopped(started));
         };
-        let Some((changes, assignment)) = group.assignment(job.join_timeout()) else {
-            tracing::warn!(
-                "the consumer group fv.{} assigned this member no tasks within {:?}; joining again",
-                job.topology,
-                job.join_timeout()
-            );
-            membership = None;
-            continue;
-        };
-        // Read once assigned and before reporting: the round's claim comes
-        // after every report, so it is newer than every member's floor.
-        let floor = Generation::newest(store)?.unwrap_or(0);
-        RoundReport {
-            member: assignment.member.clone(),
-            tasks: assignment.tasks.iter().copied().collect(),
-            floor,
-            topology_digest: job.digest.clone(),
-            plugins_digest: job.plugins_digest.clone(),
-        }
-        .write(store, assignment.round)?;
         let round = Round {
             job,
             store,
             admin: &admin,
-            group,
+            group: &group,
+            stop,
             changes,
             assignment: &assignment,
-            floor,
+            last_run,
+            last_round,
         };
-        let agreement = round.agree()?;
-        let (generation, round) = match agreement {
+        let (generation, round) = match round.agree(&mut reporter, stuck_after)? {
             Agreement::Run(g, r) => (g, r),
             Agreement::Changed => continue,
-            Agreement::TimedOut(why) => {
-                tracing::warn!("{why}; this member joins the group again");
-                membership = None;
+            Agreement::Stopped => {
+                tracing::info!("stopped on request while the members agreed on a round");
+                return Ok(stopped(started));
+            }
+            Agreement::Stuck(why) => {
+                // On a compliant broker a dead member is expired within the
+                // session timeout and this never happens; tansu 0.6 can
+                // keep a killed member in the group for ever. Rejoining
+                // makes the group rebalance, which drops it.
+                tracing::warn!(
+                    "no round formed within {:.0} s: {why}; this member rejoins the group to make it rebalance",
+                    stuck_after.as_secs_f64()
+                );
+                drop(group);
+                group =
+                    Membership::join(&job.settings, &job.topology, job.settings.session_timeout)?;
+                stuck_after *= 2;
                 continue;
             }
         };
+        stuck_after = job.stuck_after();
+        last_run = generation.number;
+        last_round = Some(round.round);
+        let coordinator = assignment.tasks.contains(&0);
+        let tasks: Vec<u32> = assignment.tasks.iter().copied().collect();
         tracing::info!(
             generation = generation.number,
-            round = round.round,
-            tasks = ?assignment.tasks,
-            coordinator = assignment.tasks.contains(&0),
+            round = %format_round(round.round),
+            tasks = ?tasks,
+            coordinator,
             "this member runs its share of the job"
         );
-        let named = |tasks: &[u32]| -> Vec<String> {
-            tasks
-                .iter()
-                .map(|t| {
-                    job.task_names
-                        .get(*t as usize)
-                        .cloned()
-                        .unwrap_or_else(|| t.to_string())
-                })
-                .collect()
-        };
         stop.set_member(MemberStatus {
             member: assignment.member.clone(),
             generation: generation.number,
             round: round.round,
-            coordinator: assignment.tasks.contains(&0),
-            tasks: named(&assignment.tasks.iter().copied().collect::<Vec<_>>()),
+            coordinator,
+            tasks: job.named(&tasks),
             placement: round
                 .members
                 .iter()
-                .map(|(m, tasks)| (m.clone(), named(tasks)))
+                .map(|(m, tasks)| (m.clone(), job.named(tasks)))
                 .collect(),
         });
         let member = MemberRun {
@@ -234,13 +267,24 @@ pub fn run_as_member(
         };
         let control = Arc::new(RunControl::default());
         let done = Arc::new(AtomicBool::new(false));
-        let session = job.settings.session_timeout;
         let result = std::thread::scope(|scope| {
-            scope.spawn(|| watch(group, changes, &member, &control, stop, session, &done));
+            let ending = Ending {
+                group: &group,
+                changes,
+                store,
+                member: &member,
+            };
+            scope.spawn(|| watch(ending, &control, stop, job.settings.session_timeout, &done));
             let result = attempt(&member, Arc::clone(&control), job.settings.transport());
             done.store(true, Ordering::SeqCst);
             result
         });
+        let ending = Ending {
+            group: &group,
+            changes,
+            store,
+            member: &member,
+        };
         match result {
             Ok(report) => return Ok(report),
             Err(
@@ -248,47 +292,216 @@ pub fn run_as_member(
                 | RunError::Restore { .. }
                 | RunError::Refused(_)),
             ) => return Err(e),
-            Err(e) if group.changes() != changes => {
-                tracing::info!("generation {generation} ended: {e}");
-                local_failures = 0;
-            }
-            Err(e) => {
-                local_failures += 1;
-                if local_failures > MAX_LOCAL_FAILURES {
-                    return Err(e);
+            Err(e) => match ending.why()? {
+                Some(why) => {
+                    tracing::info!("generation {generation} ended ({why}): {e}");
+                    local_failures = 0;
                 }
-                tracing::warn!(
-                    "this member's run of generation {generation} failed ({e}); it leaves the group and joins again, so that the job restarts in a new generation"
-                );
-                membership = None;
-                std::thread::sleep(Duration::from_secs(1));
-            }
+                None => {
+                    local_failures += 1;
+                    if local_failures > MAX_LOCAL_FAILURES {
+                        return Err(e);
+                    }
+                    tracing::warn!(
+                        "this member's run of generation {generation} failed ({e}); every member ends it and the job goes on in a new generation"
+                    );
+                    FailedGeneration {
+                        member: assignment.member.clone(),
+                        error: e.to_string(),
+                    }
+                    .mark(store, generation.number)?;
+                }
+            },
         }
         if stop.stop_requested() {
-            return Err(RunError::Task(
-                "stopped on request while the job's membership changed".into(),
-            ));
+            return Ok(stopped(started));
         }
     }
 }
 
-/// Until `done`: fail the run when the membership changes (unless the
-/// job's final epoch is committed: members leaving then are finishing),
-/// pass a stop request on, and show the generation's checkpoints in the
-/// process's control (its status record outlives the generation). A
-/// member that was itself unresponsive for longer than its session
-/// timeout (paused, swapped out) says so: the others have moved on.
-fn watch(
+/// The current assignment once the group has one, or `None` once a stop
+/// is requested. Says what it waits for every session timeout; never
+/// leaves the group (librdkafka retries a join that goes unanswered).
+fn wait_for_assignment(
+    job: &MemberJob,
     group: &Membership,
+    stop: &RunControl,
+) -> Option<(u64, Assignment)> {
+    let started = Instant::now();
+    let mut complain = started + job.settings.session_timeout;
+    tracing::info!(
+        "waiting for the consumer group fv.{} to assign this member its tasks",
+        job.topology
+    );
+    loop {
+        if stop.stop_requested() {
+            return None;
+        }
+        if let Some(assigned) = group.assignment(Duration::from_millis(100)) {
+            tracing::info!(
+                "the group assigned this member tasks {:?}: agreeing on a round with the other members",
+                assigned.1.tasks
+            );
+            return Some(assigned);
+        }
+        if Instant::now() >= complain {
+            tracing::warn!(
+                "waiting {:.0} s for the consumer group fv.{} on {} to assign this member its tasks",
+                started.elapsed().as_secs_f64(),
+                job.topology,
+                job.settings.brokers
+            );
+            complain += job.settings.session_timeout;
+        }
+    }
+}
+
+/// How often a waiting member refreshes its report.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// How often the members' reports are read while agreeing.
+const GATHER: Duration = Duration::from_millis(250);
+
+/// Writes this member's report, and removes it when the member ends.
+struct Reporter<'a> {
+    job: &'a MemberJob,
+    store: &'a EpochStore,
+    beat: u64,
+    member: Option<String>,
+}
+
+impl<'a> Reporter<'a> {
+    fn new(job: &'a MemberJob, store: &'a EpochStore) -> Self {
+        Reporter {
+            job,
+            store,
+            beat: 0,
+            member: None,
+        }
+    }
+
+    fn write(&mut self, assignment: &Assignment, accepts: Option<u64>) -> Result<(), EpochError> {
+        self.beat += 1;
+        self.member = Some(assignment.member.clone());
+        MemberReport {
+            member: assignment.member.clone(),
+            tasks: assignment.tasks.iter().copied().collect(),
+            accepts,
+            beat: self.beat,
+            topology_digest: self.job.digest.clone(),
+            plugins_digest: self.job.plugins_digest.clone(),
+            process: format!("pid {}", std::process::id()),
+        }
+        .write(self.store)
+    }
+}
+
+impl Drop for Reporter<'_> {
+    fn drop(&mut self) {
+        if let Some(member) = &self.member {
+            let _ = MemberReport::remove(self.store, member);
+        }
+    }
+}
+
+/// Which reports are of live members, judged on this member's clock: a
+/// report is live while its beat moved within the session timeout (a
+/// report first seen counts from its next beat). Clocks of other machines
+/// are never compared.
+#[derive(Default)]
+struct Liveness {
+    /// Member → (beat last seen, when it was first seen, when it last moved).
+    seen: BTreeMap<String, (u64, Instant, Option<Instant>)>,
+}
+
+impl Liveness {
+    /// Take in `reports`; the live ones (always including `me`).
+    fn observe(
+        &mut self,
+        reports: Vec<MemberReport>,
+        me: &str,
+        session: Duration,
+    ) -> Vec<MemberReport> {
+        let now = Instant::now();
+        let mut live = Vec::new();
+        for r in reports {
+            let entry = self
+                .seen
+                .entry(r.member.clone())
+                .or_insert((r.beat, now, None));
+            if entry.0 != r.beat {
+                *entry = (r.beat, entry.1, Some(now));
+            }
+            if r.member == me || entry.2.is_some_and(|moved| now - moved < session) {
+                live.push(r);
+            }
+        }
+        live
+    }
+
+    /// Reports that never moved for a long while: members long gone.
+    fn long_gone(&self, session: Duration) -> Vec<String> {
+        let gone = (session * 10).max(Duration::from_secs(60));
+        self.seen
+            .iter()
+            .filter(|(_, (_, first, moved))| moved.unwrap_or(*first).elapsed() > gone)
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
+}
+
+/// Why the generation `member` ran ended on the others' account, if it did.
+struct Ending<'a> {
+    group: &'a Membership,
     changes: u64,
-    member: &MemberRun,
+    store: &'a EpochStore,
+    member: &'a MemberRun,
+}
+
+impl Ending<'_> {
+    fn why(&self) -> Result<Option<String>, EpochError> {
+        if self.group.changes() != self.changes {
+            return Ok(Some(
+                "the job's membership changed: a member joined, left, or missed its session timeout"
+                    .into(),
+            ));
+        }
+        let number = self.member.generation.number;
+        if let Some(failed) = FailedGeneration::of(self.store, number)?
+            && failed.member != self.member.member
+        {
+            return Ok(Some(format!(
+                "member {}'s run of it failed: {}",
+                failed.member, failed.error
+            )));
+        }
+        if let Some(newest) = Generation::newest(self.store)?
+            && newest > number
+        {
+            return Ok(Some(format!("generation {newest} was claimed")));
+        }
+        Ok(None)
+    }
+}
+
+/// Until `done`: fail the run when its generation ends on the others'
+/// account ([`Ending`]; not once the job's final epoch is committed:
+/// members leaving then are finishing), pass a stop request on, and show
+/// the generation's checkpoints in the process's control (its status
+/// record outlives the generation). A member that was itself unresponsive
+/// for longer than its session timeout (paused, swapped out) says so: the
+/// others have moved on.
+fn watch(
+    ending: Ending<'_>,
     control: &RunControl,
     process: &RunControl,
     session_timeout: Duration,
     done: &AtomicBool,
 ) {
+    let member = ending.member;
     let mut shown = 0;
     let mut looked = Instant::now();
+    let mut read_store = Instant::now();
     loop {
         let finished = done.load(Ordering::SeqCst);
         let gap = looked.elapsed();
@@ -305,11 +518,21 @@ fn watch(
         if process.stop_requested() && !control.stop_requested() {
             control.request_stop();
         }
-        if group.changes() != changes && !member.finished.load(Ordering::SeqCst) {
-            control.fail(format!(
-                "the job's membership changed (a member joined, left, or missed its session timeout): generation {} ends, and its members go on in the next one",
-                member.generation.number
-            ));
+        // The group every look; the store (a listing and a read) every
+        // second.
+        let store_due = read_store.elapsed() >= Duration::from_secs(1);
+        if (store_due || ending.group.changes() != ending.changes)
+            && !member.finished.load(Ordering::SeqCst)
+        {
+            read_store = Instant::now();
+            match ending.why() {
+                Ok(Some(why)) => control.fail(format!(
+                    "generation {} ends ({why}); its members go on in the next one",
+                    member.generation.number
+                )),
+                Ok(None) => {}
+                Err(e) => tracing::debug!("reading the job's generations: {e}"),
+            }
         }
         let fresh: Vec<_> = control
             .checkpoints()
@@ -330,6 +553,11 @@ fn watch(
     }
 }
 
+/// A round's id as logs show it.
+fn format_round(id: u64) -> String {
+    format!("{id:016x}")
+}
+
 /// One round as this member sees it, while the members agree on it.
 #[derive(Clone, Copy)]
 struct Round<'a> {
@@ -337,88 +565,251 @@ struct Round<'a> {
     store: &'a EpochStore,
     admin: &'a TopicAdmin,
     group: &'a Membership,
-    /// Rebalances seen when the round was assigned.
+    stop: &'a RunControl,
+    /// Rebalances seen when the assignment came.
     changes: u64,
     assignment: &'a Assignment,
-    /// The newest generation when this member reported.
-    floor: u64,
+    /// The newest generation this member ran: never again.
+    last_run: u64,
+    /// The round of that generation: its proposal is spent.
+    last_round: Option<u64>,
+}
+
+/// What a waiting member waits for, for its log line.
+enum Waiting {
+    Cover(String),
+    Proposal,
+    Acceptance(u64, Vec<String>),
+    Claim(u64),
 }
 
 impl Round<'_> {
-    /// Agree on the round of `assignment` with the other members.
-    fn agree(&self) -> Result<Agreement, RunError> {
+    /// Agree on a generation with the other members (module doc, steps
+    /// 1–4).
+    fn agree(
+        &self,
+        reporter: &mut Reporter<'_>,
+        stuck_after: Duration,
+    ) -> Result<Agreement, RunError> {
         let Round {
             job,
             store,
             group,
+            stop,
             changes,
             assignment,
-            floor,
+            last_run,
+            last_round,
             ..
         } = *self;
-        let deadline = Instant::now() + job.round_timeout();
-        let coordinates = assignment.tasks.contains(&0);
-        let previous = Generation::read(store, floor)?.and_then(|(_, r)| r);
+        let me = assignment.member.as_str();
+        let mine: Vec<u32> = assignment.tasks.iter().copied().collect();
+        let coordinates = mine.contains(&0);
+        let session = job.settings.session_timeout;
+        let previous = match Generation::newest(store)? {
+            Some(n) => Generation::read(store, n)?.and_then(|(_, r)| r),
+            None => None,
+        };
         let previous = previous
             .as_ref()
             .map(|r| (r.topology_digest.as_str(), r.plugins_digest.as_str()));
+        let mut liveness = Liveness::default();
+        // The reports of live members, as of the last gather.
+        let mut live: Vec<MemberReport> = Vec::new();
+        let mut accepted: Option<u64> = None;
+        let mut proposed: Option<Proposal> = None;
+        let mut waiting = Waiting::Proposal;
+        let started = Instant::now();
+        let mut report_due = started;
+        let mut gather_due = started;
+        let mut complain = started + session;
         loop {
             if group.changes() != changes {
                 return Ok(Agreement::Changed);
             }
-            let reports: Vec<RoundReport> = RoundReport::gather(store, assignment.round)?
-                .into_iter()
-                .filter(|r| r.floor >= floor)
-                .collect();
-            let placement = cover(&reports, job.tasks);
-            if let Some(members) = &placement {
-                refuse_odd_digest(job, &reports, previous)?;
-                let mine: Identity<'_> = (&job.digest, &job.plugins_digest);
-                if coordinates && reports.iter().all(|r| identity_of(r) == mine) {
-                    return self.claim(members);
+            if stop.stop_requested() {
+                return Ok(Agreement::Stopped);
+            }
+            let now = Instant::now();
+            let proposal = Proposal::read(store)?;
+            // A proposal counts while its coordinator is agreeing (its
+            // report beats) and holds task 0; one left in the store by a
+            // coordinator that has since died, been paused or moved on to
+            // a generation does not.
+            let proposer_agrees = |p: &Proposal| {
+                p.coordinator == me
+                    || live
+                        .iter()
+                        .any(|r| r.member == p.coordinator && r.tasks.contains(&0))
+            };
+            if let Some(id) = accepted
+                && proposal
+                    .as_ref()
+                    .is_none_or(|p| p.id != id || !proposer_agrees(p))
+            {
+                accepted = None;
+                report_due = now;
+            }
+            if let Some(p) = &proposal
+                && accepted != Some(p.id)
+                && Some(p.id) != last_round
+                && p.members.get(me) == Some(&mine)
+                && proposer_agrees(p)
+            {
+                tracing::debug!(
+                    "round {}: accepting tasks {mine:?} from coordinator {}",
+                    format_round(p.id),
+                    p.coordinator
+                );
+                accepted = Some(p.id);
+                report_due = now;
+            }
+            if now >= report_due {
+                reporter.write(assignment, accepted)?;
+                report_due = now + HEARTBEAT;
+            }
+            if accepted.is_none() && !coordinates {
+                waiting = Waiting::Proposal;
+            }
+            if let Some(id) = accepted {
+                waiting = Waiting::Claim(id);
+                if let Some(newest) = Generation::newest(store)?
+                    && newest > last_run
+                    && let Some((g, Some(round))) = Generation::read(store, newest)?
+                    && round.round == id
+                    && round.members.get(me) == Some(&mine)
+                {
+                    return Ok(Agreement::Run(g, round));
                 }
             }
-            if !coordinates {
-                let newest = Generation::newest(store)?.unwrap_or(0);
-                for number in (floor + 1..=newest).rev() {
-                    if let Some((g, Some(round))) = Generation::read(store, number)?
-                        && round.round == assignment.round
-                    {
-                        let mine: Vec<u32> = assignment.tasks.iter().copied().collect();
-                        if round.members.get(&assignment.member) == Some(&mine) {
-                            return Ok(Agreement::Run(g, round));
+            if now >= gather_due {
+                gather_due = now + GATHER;
+                live = liveness.observe(MemberReport::gather(store)?, me, session);
+                if coordinates {
+                    for gone in liveness.long_gone(session) {
+                        let _ = MemberReport::remove(store, &gone);
+                    }
+                }
+                match cover(&live, job.tasks) {
+                    Err(why) => {
+                        if coordinates {
+                            waiting = Waiting::Cover(why);
+                        }
+                    }
+                    Ok(members) => {
+                        refuse_odd_digest(job, &live, previous)?;
+                        let ours: Identity<'_> = (&job.digest, &job.plugins_digest);
+                        if coordinates && live.iter().all(|r| identity_of(r) == ours) {
+                            let current = proposed
+                                .as_ref()
+                                .filter(|p| p.members == members)
+                                .filter(|p| proposal.as_ref().map(|q| q.id) == Some(p.id));
+                            match current {
+                                Some(p) => {
+                                    let pending: Vec<String> = p
+                                        .members
+                                        .keys()
+                                        .filter(|m| {
+                                            let accepts = match m.as_str() == me {
+                                                true => accepted,
+                                                false => live
+                                                    .iter()
+                                                    .find(|r| &r.member == *m)
+                                                    .and_then(|r| r.accepts),
+                                            };
+                                            accepts != Some(p.id)
+                                        })
+                                        .cloned()
+                                        .collect();
+                                    if pending.is_empty() {
+                                        return self.claim(p);
+                                    }
+                                    waiting = Waiting::Acceptance(p.id, pending);
+                                }
+                                None => {
+                                    let p = Proposal::new(me, members);
+                                    p.write(store)?;
+                                    tracing::info!(
+                                        "round {}: {} member(s) seen, {} of {} tasks placed ({}); waiting for each to accept",
+                                        format_round(p.id),
+                                        p.members.len(),
+                                        p.members.values().map(Vec::len).sum::<usize>(),
+                                        job.tasks,
+                                        p.members
+                                            .iter()
+                                            .map(|(m, t)| format!("{m}: {t:?}"))
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    );
+                                    proposed = Some(p);
+                                    // Accept it at once (this look).
+                                    continue;
+                                }
+                            }
                         }
                     }
                 }
             }
-            if Instant::now() > deadline {
-                let have: usize = reports.iter().map(|r| r.tasks.len()).sum();
-                return Ok(Agreement::TimedOut(format!(
-                    "round {} of the job did not start within {:?} ({} report(s) covering {have} of {} tasks{})",
-                    assignment.round,
-                    job.round_timeout(),
-                    reports.len(),
-                    job.tasks,
-                    match coordinates {
-                        true => "",
-                        false => ", no generation claimed for it",
+            if now.duration_since(started) > stuck_after {
+                match &waiting {
+                    Waiting::Cover(why) => return Ok(Agreement::Stuck(why.clone())),
+                    // Later than the coordinator: it is the one to rejoin
+                    // when a member of the group never reports.
+                    Waiting::Proposal if now.duration_since(started) > stuck_after + session => {
+                        return Ok(Agreement::Stuck(format!(
+                            "no coordinator proposed a placement giving this member tasks {mine:?}"
+                        )));
                     }
-                )));
+                    Waiting::Proposal => {}
+                    Waiting::Acceptance(id, _) | Waiting::Claim(id)
+                        if now.duration_since(started) > stuck_after * 2 =>
+                    {
+                        return Ok(Agreement::Stuck(format!(
+                            "round {} never started",
+                            format_round(*id)
+                        )));
+                    }
+                    Waiting::Acceptance(..) | Waiting::Claim(_) => {}
+                }
+            }
+            if now >= complain {
+                complain += session;
+                let what = match &waiting {
+                    Waiting::Cover(why) => {
+                        format!("reports of live members to cover every task once ({why})")
+                    }
+                    Waiting::Proposal => format!(
+                        "the coordinator (the member the group gave task 0) to propose a placement giving this member tasks {mine:?}"
+                    ),
+                    Waiting::Acceptance(id, pending) => format!(
+                        "round {}: member(s) {} to accept",
+                        format_round(*id),
+                        pending.join(", ")
+                    ),
+                    Waiting::Claim(id) => format!(
+                        "round {}: the coordinator to claim its generation",
+                        format_round(*id)
+                    ),
+                };
+                tracing::warn!(
+                    "this member has waited {:.0} s (longer than its session timeout) for {what}",
+                    started.elapsed().as_secs_f64()
+                );
             }
             std::thread::sleep(LOOK);
         }
     }
 
-    /// As the round's coordinator: choose the epoch to resume from, read
-    /// where every internal topic ends, and claim the generation.
-    fn claim(&self, members: &BTreeMap<String, Vec<u32>>) -> Result<Agreement, RunError> {
+    /// As the round's coordinator, once every member accepted `proposal`:
+    /// choose the epoch to resume from, read where every internal topic
+    /// ends, and claim the generation.
+    fn claim(&self, proposal: &Proposal) -> Result<Agreement, RunError> {
         let Round {
             job,
             store,
             admin,
             group,
             changes,
-            assignment,
             ..
         } = *self;
         let next = Generation::newest(store)?.unwrap_or(0) + 1;
@@ -427,7 +818,7 @@ impl Round<'_> {
                 break None;
             };
             // Every member of the previous generation stopped before it
-            // reported: what lies past the newest epoch never committed.
+            // accepted: what lies past the newest epoch never committed.
             store.discard_after(Some(newest.manifest.epoch))?;
             // Win the next slot of the manifest chain before anything runs: a
             // paused coordinator of an older generation then cannot commit.
@@ -451,8 +842,8 @@ impl Round<'_> {
             return Ok(Agreement::Changed);
         }
         let round = JobRound {
-            round: assignment.round,
-            members: members.clone(),
+            round: proposal.id,
+            members: proposal.members.clone(),
             resume,
             topology_digest: job.digest.clone(),
             plugins_digest: job.plugins_digest.clone(),
@@ -463,31 +854,50 @@ impl Round<'_> {
     }
 }
 
-/// Member → tasks, if `reports` cover each of `tasks` tasks exactly once.
-fn cover(reports: &[RoundReport], tasks: usize) -> Option<BTreeMap<String, Vec<u32>>> {
-    let mut seen = vec![false; tasks];
+/// Member → tasks, if `reports` cover each of `tasks` tasks exactly
+/// once; else what is wrong (tasks missing or placed twice, and who
+/// reported what), for the log.
+fn cover(reports: &[MemberReport], tasks: usize) -> Result<BTreeMap<String, Vec<u32>>, String> {
+    let mut holders: Vec<Vec<&str>> = vec![Vec::new(); tasks];
+    let mut unknown = Vec::new();
     for r in reports {
         for t in &r.tasks {
-            let slot = seen.get_mut(*t as usize)?;
-            if *slot {
-                return None;
+            match holders.get_mut(*t as usize) {
+                Some(h) => h.push(&r.member),
+                None => unknown.push(*t),
             }
-            *slot = true;
         }
     }
-    seen.iter().all(|s| *s).then(|| {
-        reports
+    let missing: Vec<usize> = (0..tasks).filter(|t| holders[*t].is_empty()).collect();
+    let twice: Vec<usize> = (0..tasks).filter(|t| holders[*t].len() > 1).collect();
+    if missing.is_empty() && twice.is_empty() && unknown.is_empty() {
+        return Ok(reports
             .iter()
             .map(|r| (r.member.clone(), r.tasks.clone()))
-            .collect()
-    })
+            .collect());
+    }
+    let heard: Vec<String> = reports
+        .iter()
+        .map(|r| format!("{} {:?}", r.member, r.tasks))
+        .collect();
+    Err(format!(
+        "tasks missing {missing:?}, placed twice {twice:?}{}; heard from {}",
+        match unknown.is_empty() {
+            true => String::new(),
+            false => format!(", not of this job {unknown:?}"),
+        },
+        match heard.is_empty() {
+            true => "no member".to_string(),
+            false => heard.join(", "),
+        }
+    ))
 }
 
 /// What must be the same on every member: (topology digest, plugins
 /// digest).
 type Identity<'a> = (&'a str, &'a str);
 
-fn identity_of(r: &RoundReport) -> Identity<'_> {
+fn identity_of(r: &MemberReport) -> Identity<'_> {
     (&r.topology_digest, &r.plugins_digest)
 }
 
@@ -496,7 +906,7 @@ fn identity_of(r: &RoundReport) -> Identity<'_> {
 /// them, else the coordinator's (the owner of task 0).
 fn refuse_odd_digest(
     job: &MemberJob,
-    reports: &[RoundReport],
+    reports: &[MemberReport],
     previous: Option<Identity<'_>>,
 ) -> Result<(), RunError> {
     let mine: Identity<'_> = (&job.digest, &job.plugins_digest);
@@ -537,13 +947,15 @@ fn refuse_odd_digest(
 mod tests {
     use super::*;
 
-    fn report(member: &str, tasks: &[u32], digest: &str) -> RoundReport {
-        RoundReport {
+    fn report(member: &str, tasks: &[u32], digest: &str) -> MemberReport {
+        MemberReport {
             member: member.into(),
             tasks: tasks.to_vec(),
-            floor: 3,
+            accepts: None,
+            beat: 1,
             topology_digest: digest.into(),
             plugins_digest: "p".into(),
+            process: "pid 1".into(),
         }
     }
 
@@ -551,16 +963,47 @@ mod tests {
     fn a_round_starts_only_when_its_reports_cover_every_task_once() {
         let a = report("a", &[0, 2], "d");
         let b = report("b", &[1], "d");
-        assert_eq!(
-            cover(std::slice::from_ref(&a), 3),
-            None,
-            "task 1 is missing"
+        let why = cover(std::slice::from_ref(&a), 3).expect_err("task 1 is missing");
+        assert!(
+            why.contains("missing [1]") && why.contains("a [0, 2]"),
+            "{why}"
         );
         let placement = cover(&[a.clone(), b.clone()], 3).expect("covered");
         assert_eq!(placement["a"], vec![0, 2]);
         let stale = report("old", &[1], "d");
-        assert_eq!(cover(&[a.clone(), b, stale], 3), None, "task 1 twice");
-        assert_eq!(cover(&[report("x", &[0, 1, 5], "d")], 3), None, "no task 5");
+        let why = cover(&[a.clone(), b, stale], 3).expect_err("task 1 twice");
+        assert!(why.contains("placed twice [1]"), "{why}");
+        let why = cover(&[report("x", &[0, 1, 5], "d")], 3).expect_err("no task 5");
+        assert!(why.contains("not of this job [5]"), "{why}");
+        assert!(cover(&[], 1).expect_err("nobody").contains("no member"));
+    }
+
+    #[test]
+    fn a_report_is_live_only_while_its_beat_moves_seen_on_this_clock() {
+        let session = Duration::from_millis(300);
+        let mut liveness = Liveness::default();
+        let beat = |member: &str, beat| MemberReport {
+            beat,
+            ..report(member, &[1], "d")
+        };
+        // First sight: only this member's own report counts (another's may
+        // be a leftover of a member long gone).
+        let live = liveness.observe(vec![beat("me", 1), beat("b", 7)], "me", session);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].member, "me");
+        // b's beat moves: live.
+        let live = liveness.observe(vec![beat("me", 2), beat("b", 8)], "me", session);
+        assert_eq!(live.len(), 2, "b beat");
+        // b stops beating: live until the session timeout passes.
+        let live = liveness.observe(vec![beat("me", 3), beat("b", 8)], "me", session);
+        assert_eq!(live.len(), 2, "b within its session");
+        std::thread::sleep(session + Duration::from_millis(50));
+        let live = liveness.observe(vec![beat("me", 4), beat("b", 8)], "me", session);
+        assert_eq!(live.len(), 1, "b silent past its session");
+        assert!(
+            liveness.long_gone(session).is_empty(),
+            "gone after a minute, not yet"
+        );
     }
 
     #[test]

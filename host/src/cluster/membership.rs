@@ -26,8 +26,6 @@ use super::exchange::ExchangeError;
 /// One member's share of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
-    /// The group's generation id: the same for every member of a round.
-    pub round: i32,
     /// This member's id in the group (the broker's name for it).
     pub member: String,
     /// The tasks (control partitions) this member runs.
@@ -81,59 +79,33 @@ impl ConsumerContext for GroupWatch {
                 .iter()
                 .map(|e| e.partition() as u32)
                 .collect();
-            let Some((round, member)) = group_generation(consumer) else {
-                tracing::warn!("the consumer group assigned tasks but has no generation yet");
+            let Some(member) = member_id(consumer) else {
+                tracing::warn!("the consumer group assigned tasks but gave no member id yet");
                 return;
             };
             let mut view = self.shared.view();
-            view.assignment = Some(Assignment {
-                round,
-                member,
-                tasks,
-            });
+            view.assignment = Some(Assignment { member, tasks });
             self.shared.changed.notify_all();
         }
     }
 }
 
-/// The group generation id and member id librdkafka holds for `consumer`
-/// (not exposed by the Rust API: read through its serialised group
-/// metadata, whose layout is `CGMDv2:` + i32 generation (native order) +
-/// group id + NUL + member id + NUL + …).
-fn group_generation<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<(i32, String)> {
+/// The member id librdkafka holds for `consumer` in its group (not
+/// exposed by the Rust API).
+fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
     use rdkafka::bindings as rd;
     let native = consumer.client().native_ptr();
-    // SAFETY: `native` is the live handle of `consumer`; the metadata and
-    // the buffer are freed here with librdkafka's own functions, and the
-    // buffer is read only within the size librdkafka reports.
-    let bytes = unsafe {
-        let cgmd = rd::rd_kafka_consumer_group_metadata(native);
-        if cgmd.is_null() {
+    // SAFETY: `native` is the live handle of `consumer`; the string
+    // librdkafka returns is copied, then freed with its own function.
+    unsafe {
+        let id = rd::rd_kafka_memberid(native);
+        if id.is_null() {
             return None;
         }
-        let mut buffer: *mut std::ffi::c_void = std::ptr::null_mut();
-        let mut size = 0usize;
-        let error = rd::rd_kafka_consumer_group_metadata_write(cgmd, &mut buffer, &mut size);
-        rd::rd_kafka_consumer_group_metadata_destroy(cgmd);
-        if !error.is_null() {
-            rd::rd_kafka_error_destroy(error);
-            return None;
-        }
-        let bytes = std::slice::from_raw_parts(buffer as *const u8, size).to_vec();
-        rd::rd_kafka_mem_free(std::ptr::null_mut(), buffer);
-        bytes
-    };
-    parse_group_metadata(&bytes)
-}
-
-/// `(generation, member id)` from librdkafka's group metadata bytes.
-fn parse_group_metadata(bytes: &[u8]) -> Option<(i32, String)> {
-    let rest = bytes.strip_prefix(b"CGMDv2:")?;
-    let generation = i32::from_ne_bytes(rest.get(..4)?.try_into().ok()?);
-    let mut fields = rest.get(4..)?.split(|b| *b == 0);
-    let _group = fields.next()?;
-    let member = String::from_utf8(fields.next()?.to_vec()).ok()?;
-    Some((generation, member))
+        let owned = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
+        rd::rd_kafka_mem_free(std::ptr::null_mut(), id as *mut std::ffi::c_void);
+        (!owned.is_empty()).then_some(owned)
+    }
 }
 
 /// This process's membership in its job's consumer group.
@@ -161,16 +133,19 @@ impl Membership {
         let topic = Self::topic_name(topology);
         let shared = Arc::new(Shared::default());
         let session_ms = session_timeout.as_millis().max(1000);
-        let mut config = settings.client_config();
+        let mut config = settings.consumer_config();
         config
             .set("group.id", format!("fv.{topology}"))
             .set("partition.assignment.strategy", "roundrobin")
             .set("session.timeout.ms", session_ms.to_string())
             .set("heartbeat.interval.ms", (session_ms / 4).to_string())
-            // Also the rebalance timeout: a join the group does not answer
-            // is retried after it, not after librdkafka's 5 minutes (the
-            // poller below polls every 100 ms, far within it).
-            .set("max.poll.interval.ms", (session_ms * 2).to_string())
+            // Also the rebalance timeout: how long a rebalance waits for
+            // every member to rejoin (a broker that still counts a dead
+            // member waits that long for it: tansu 0.6 does), and after
+            // which a join the group does not answer is retried. As short
+            // as librdkafka allows (not below the session timeout): the
+            // poller below polls every 100 ms, far within it.
+            .set("max.poll.interval.ms", session_ms.to_string())
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "latest")
             .set("enable.partition.eof", "false");
@@ -244,23 +219,5 @@ impl Drop for Membership {
         if let Some(p) = self.poller.take() {
             let _ = p.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_metadata_yields_generation_and_member() {
-        let mut bytes = b"CGMDv2:".to_vec();
-        bytes.extend_from_slice(&7i32.to_ne_bytes());
-        bytes.extend_from_slice(b"fv.job\0rdkafka-1234\0\x01");
-        assert_eq!(
-            parse_group_metadata(&bytes),
-            Some((7, "rdkafka-1234".to_string()))
-        );
-        assert_eq!(parse_group_metadata(b"CGMDv1:\0\0\0\0a\0b\0"), None);
-        assert_eq!(parse_group_metadata(b"CGMDv2:\0\0"), None);
     }
 }

@@ -13,8 +13,9 @@
 //! and claims a new [`Generation`] in the epoch store at every start;
 //! every keyed edge goes through an exchange topic. With `Group`, any
 //! number of members share the job ([`member`]): a consumer group places
-//! the tasks ([`membership`]), each rebalance starts a generation agreed
-//! through the epoch store, edges between members go through exchange
+//! the tasks ([`membership`]), the members agree through the epoch store
+//! on a generation that runs that placement (a coordinator's proposal
+//! every member accepts), edges between members go through exchange
 //! topics, and the epoch protocol between them through two control
 //! topics ([`control`]). Either way barriers, watermarks and the end of
 //! stream travel in the partitions behind the rows, each reader
@@ -71,6 +72,27 @@ pub struct ClusterSettings {
     /// the group moves its tasks to the others.
     pub session_timeout: std::time::Duration,
 }
+
+/// librdkafka settings only a producer reads.
+const PRODUCER_ONLY: &[&str] = &[
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "linger.ms",
+    "queue.buffering.max.ms",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "batch.size",
+    "batch.num.messages",
+    "compression.type",
+    "compression.codec",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "retries",
+    "message.send.max.retries",
+];
 
 /// Which tasks of the job a member runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,12 +162,26 @@ impl ClusterSettings {
         }
     }
 
-    /// A librdkafka client config for these brokers.
+    /// A librdkafka client config for these brokers, for a producer.
     pub fn client_config(&self) -> rdkafka::ClientConfig {
         let mut config = rdkafka::ClientConfig::new();
         config.set("bootstrap.servers", &self.brokers);
         for (k, v) in &self.client {
             config.set(k, v);
+        }
+        config
+    }
+
+    /// [`Self::client_config`] without the producer-only settings, for a
+    /// consumer or an admin client (librdkafka warns about each one it
+    /// ignores, in every client).
+    pub fn consumer_config(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.client {
+            if !PRODUCER_ONLY.contains(&k.as_str()) {
+                config.set(k, v);
+            }
         }
         config
     }

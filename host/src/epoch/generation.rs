@@ -51,8 +51,9 @@ struct Claim {
 /// of them to run the same generation the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRound {
-    /// The consumer group's generation id the round was assigned in.
-    pub round: i32,
+    /// The round: the id of the proposal every member accepted
+    /// ([`super::Proposal`]).
+    pub round: u64,
     /// Member id → the tasks it runs (global task indexes).
     pub members: BTreeMap<String, Vec<u32>>,
     /// The epoch every member resumes from (`None`: from the start).
@@ -111,7 +112,7 @@ impl Generation {
         loop {
             let generation = Generation {
                 number,
-                nonce: nonce(),
+                nonce: super::placement::random_id(),
             };
             let claim = Claim {
                 generation,
@@ -149,79 +150,6 @@ impl Generation {
 
     fn key(number: u64) -> String {
         format!("{GENERATIONS}/generation-{number:020}.json")
-    }
-}
-
-/// A number no other process draws: std's per-process random hash keys,
-/// mixed with the time and the pid (no new dependency for 64 random bits).
-fn nonce() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-/// Where members report their share of a round, under the store's root.
-const ROUNDS: &str = "cluster/rounds";
-
-/// One member's report of its share of a round, for the coordinator to
-/// gather the placement from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RoundReport {
-    /// The member's id in the group.
-    pub member: String,
-    /// The tasks the group assigned it.
-    pub tasks: Vec<u32>,
-    /// The newest generation claimed when it reported: a report of the
-    /// same round number from an older incarnation of the group has a
-    /// smaller one.
-    pub floor: u64,
-    /// SHA-256 of the member's topology file.
-    pub topology_digest: String,
-    /// SHA-256 over its plugin references and their components' digests.
-    #[serde(default)]
-    pub plugins_digest: String,
-}
-
-impl RoundReport {
-    /// Write this report for `round`.
-    pub fn write(&self, store: &EpochStore, round: i32) -> Result<(), EpochError> {
-        let bytes = serde_json::to_vec_pretty(self)
-            .map_err(|source| EpochError::Encode { epoch: 0, source })?;
-        let member: String = self
-            .member
-            .chars()
-            .map(|c| match c.is_ascii_alphanumeric() || c == '-' {
-                true => c,
-                false => '_',
-            })
-            .collect();
-        store.put(&format!("{ROUNDS}/{round:010}/{member}.json"), bytes)
-    }
-
-    /// Every report of `round` so far (unreadable ones are skipped: a
-    /// report being written is read again at the next look).
-    pub fn gather(store: &EpochStore, round: i32) -> Result<Vec<RoundReport>, EpochError> {
-        let (objects, _) = store.list(&format!("{ROUNDS}/{round:010}"))?;
-        let mut reports = Vec::new();
-        for key in objects {
-            match store.get(&key) {
-                Ok(bytes) => {
-                    if let Ok(r) = serde_json::from_slice(&bytes) {
-                        reports.push(r);
-                    }
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(reports)
     }
 }
 

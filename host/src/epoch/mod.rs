@@ -18,15 +18,17 @@ mod generation;
 mod lease;
 mod lock;
 mod manifest;
+mod placement;
 pub mod restore;
 mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, OnCommit, SinkCommand, SourceCommand};
 pub use fault::{InjectedFault, POINTS as FAULT_POINTS, fault_point};
-pub use generation::{Generation, JobRound, RoundReport};
+pub use generation::{Generation, JobRound};
 pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};
 pub use manifest::{Manifest, SinkHandleRecord, SplitPositionRecord, StageState};
+pub use placement::{FailedGeneration, MemberReport, Proposal};
 pub use restore::{Restored, newest_restorable, restorable_at};
 pub(crate) use store::cloud_store;
 pub use store::{EpochError, EpochStore};

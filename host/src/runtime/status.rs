@@ -201,8 +201,8 @@ pub struct MemberStatus {
     pub member: String,
     /// The generation it runs.
     pub generation: u64,
-    /// The consumer group's generation id it was placed in.
-    pub round: i32,
+    /// The round (the accepted proposal's id) it was placed in.
+    pub round: u64,
     /// Whether it runs the epoch coordinator.
     pub coordinator: bool,
     /// The tasks it runs (`node[i]`).
