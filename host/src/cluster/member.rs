@@ -189,7 +189,7 @@ pub fn run_as_member(
     let mut last_run = 0;
     let mut last_round = None;
     let mut local_failures = 0;
-    let stopped = |started: Instant| RunReport {
+    let stopped = || RunReport {
         stages: Vec::new(),
         elapsed: started.elapsed(),
         stopped: true,
@@ -199,7 +199,7 @@ pub fn run_as_member(
     loop {
         let Some((changes, assignment)) = wait_for_assignment(job, &group, stop) else {
             tracing::info!("stopped on request while waiting for the consumer group");
-            return Ok(stopped(started));
+            return Ok(stopped());
         };
         let round = Round {
             job,
@@ -217,7 +217,7 @@ pub fn run_as_member(
             Agreement::Changed => continue,
             Agreement::Stopped => {
                 tracing::info!("stopped on request while the members agreed on a round");
-                return Ok(stopped(started));
+                return Ok(stopped());
             }
             Agreement::Stuck(why) => {
                 // On a compliant broker a dead member is expired within the
@@ -267,24 +267,18 @@ pub fn run_as_member(
         };
         let control = Arc::new(RunControl::default());
         let done = Arc::new(AtomicBool::new(false));
-        let result = std::thread::scope(|scope| {
-            let ending = Ending {
-                group: &group,
-                changes,
-                store,
-                member: &member,
-            };
-            scope.spawn(|| watch(ending, &control, stop, job.settings.session_timeout, &done));
-            let result = attempt(&member, Arc::clone(&control), job.settings.transport());
-            done.store(true, Ordering::SeqCst);
-            result
-        });
         let ending = Ending {
             group: &group,
             changes,
             store,
             member: &member,
         };
+        let result = std::thread::scope(|scope| {
+            scope.spawn(|| watch(ending, &control, stop, job.settings.session_timeout, &done));
+            let result = attempt(&member, Arc::clone(&control), job.settings.transport());
+            done.store(true, Ordering::SeqCst);
+            result
+        });
         match result {
             Ok(report) => return Ok(report),
             Err(
@@ -294,7 +288,12 @@ pub fn run_as_member(
             ) => return Err(e),
             Err(e) => match ending.why()? {
                 Some(why) => {
-                    tracing::info!("generation {generation} ended ({why}): {e}");
+                    // The watch failed the run with `why`: say it once.
+                    let e = e.to_string();
+                    match e.contains(&why) {
+                        true => tracing::info!("generation {generation} ended: {e}"),
+                        false => tracing::info!("generation {generation} ended ({why}): {e}"),
+                    }
                     local_failures = 0;
                 }
                 None => {
@@ -314,7 +313,7 @@ pub fn run_as_member(
             },
         }
         if stop.stop_requested() {
-            return Ok(stopped(started));
+            return Ok(stopped());
         }
     }
 }
@@ -451,6 +450,7 @@ impl Liveness {
 }
 
 /// Why the generation `member` ran ended on the others' account, if it did.
+#[derive(Clone, Copy)]
 struct Ending<'a> {
     group: &'a Membership,
     changes: u64,
