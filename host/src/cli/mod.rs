@@ -211,8 +211,19 @@ fn load_and_plan(
         fvhost::registry::lock::resolve_topology(&mut t, &plugins)?;
         runtime::plan(t, engine)
     });
-    planned.map_err(|diagnostics| {
+    let plan = planned.map_err(|diagnostics| {
         eprintln!("{diagnostics}");
         ExitCode::from(EXIT_CONFIG)
-    })
+    })?;
+    for stage in plan.topology.stages.iter().filter(|s| {
+        matches!(&s.kind, fvhost::topology::StageKind::Join(j)
+            if j.window == fvhost::topology::JoinWindow::Unbounded)
+    }) {
+        eprintln!(
+            "note: {}: stage `{}` is a join without a time bound: it keeps every row of both inputs for as long as the topology runs; bound it in event time if they do not end (TOML: `between` or `window`; SQL: a condition such as `AND b.t BETWEEN a.t AND a.t + INTERVAL '1' HOUR`)",
+            path.display(),
+            stage.name
+        );
+    }
+    Ok(plan)
 }

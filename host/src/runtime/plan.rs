@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::plugin::{
     Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, ScanRequest,
@@ -24,10 +24,10 @@ use crate::runtime::operators::{
     column_names,
 };
 use crate::runtime::projection;
-use crate::sql::StatelessQuery;
+use crate::sql::{JoinedSides, StatelessQuery};
 use crate::topology::{
-    Diagnostic, Diagnostics, EventTime, LookupSpec, PluginRef, PluginUse, StageKind, StageNode,
-    Topology,
+    Diagnostic, Diagnostics, EventTime, JoinWindow, LookupSpec, PluginRef, PluginUse, StageKind,
+    StageNode, Topology,
 };
 
 /// A source with its opened instances.
@@ -174,6 +174,40 @@ struct Narrowing<'a> {
     requests: &'a BTreeMap<String, ScanRequest>,
     full: &'a BTreeMap<String, SchemaRef>,
     sink_reads: &'a BTreeMap<String, Option<Vec<String>>>,
+}
+
+/// When `node` reads a join stage, the join's two inputs as a query over
+/// it may name them (a window join's bounds lead the left side's columns,
+/// as they lead its rows).
+fn joined_sides(
+    topology: &Topology,
+    node: &StageNode,
+    schemas: &BTreeMap<String, SchemaRef>,
+) -> Option<JoinedSides> {
+    let [only] = node.inputs.as_slice() else {
+        return None;
+    };
+    let join = topology.stages.iter().find(|s| &s.name == only)?;
+    let StageKind::Join(spec) = &join.kind else {
+        return None;
+    };
+    let [left, right] = join.inputs.as_slice() else {
+        return None;
+    };
+    let mut left_schema = Arc::clone(schemas.get(left)?);
+    if matches!(spec.window, JoinWindow::Tumbling(_)) {
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let mut fields = vec![
+            Field::new("window_start", ts.clone(), false),
+            Field::new("window_end", ts, false),
+        ];
+        fields.extend(left_schema.fields().iter().map(|f| f.as_ref().clone()));
+        left_schema = Arc::new(Schema::new(fields));
+    }
+    Some(JoinedSides {
+        left: (left.clone(), left_schema),
+        right: (right.clone(), Arc::clone(schemas.get(right)?)),
+    })
 }
 
 /// Plan a stateful stage against its input schema(s). The error is
@@ -621,7 +655,10 @@ impl Planner<'_> {
                 continue;
             };
             let planned = match &node.kind {
-                StageKind::Sql(sql) => self.sql_tasks(&key, node, sql, input),
+                StageKind::Sql(sql) => {
+                    let sides = joined_sides(topology, node, schemas);
+                    self.sql_tasks(&key, node, sql, input, sides.as_ref())
+                }
                 StageKind::Window(_)
                 | StageKind::Session(_)
                 | StageKind::TopN(_)
@@ -668,6 +705,7 @@ impl Planner<'_> {
         node: &StageNode,
         sql: &str,
         input: SchemaRef,
+        sides: Option<&JoinedSides>,
     ) -> Option<(Vec<StageTask>, SchemaRef)> {
         let topology = self.topology;
         let [only] = node.inputs.as_slice() else {
@@ -680,7 +718,7 @@ impl Planner<'_> {
         let mut tasks = Vec::new();
         let mut schema = None;
         for _ in 0..node.parallelism {
-            match StatelessQuery::plan(sql, only, Arc::clone(&input)) {
+            match StatelessQuery::plan_over(sql, only, Arc::clone(&input), sides) {
                 Ok(q) => {
                     schema = Some(q.output_schema());
                     tasks.push(StageTask::Sql(q));

@@ -7,4 +7,4 @@
 
 mod stateless;
 
-pub use stateless::{SqlError, StatelessQuery};
+pub use stateless::{JoinedSides, SqlError, StatelessQuery};

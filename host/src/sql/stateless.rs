@@ -43,12 +43,45 @@ pub struct StatelessQuery {
     filters: Vec<ColumnFilter>,
 }
 
+/// The two inputs of the join a SQL stage reads, each as a table the
+/// query may name: `FROM left AS a, right AS b` then reads the join's rows
+/// column by column (the join's output is the left side's columns, then
+/// the right side's), with each side's own names and qualifiers.
+#[derive(Debug, Clone)]
+pub struct JoinedSides {
+    /// The left input's name and the columns the join emits for it (a
+    /// window join's bounds first).
+    pub left: (String, SchemaRef),
+    /// The right input's name and columns.
+    pub right: (String, SchemaRef),
+}
+
 impl StatelessQuery {
     /// Plan `sql` over one input table called `input_name` with `schema`.
     pub fn plan(sql: &str, input_name: &str, schema: SchemaRef) -> Result<Self, SqlError> {
+        Self::plan_over(sql, input_name, schema, None)
+    }
+
+    /// Plan `sql` over one input; when that input is a join, `sides` also
+    /// lets the query read it as `FROM <left> AS a, <right> AS b [WHERE …]`
+    /// (qualified columns, no renamed collisions).
+    pub fn plan_over(
+        sql: &str,
+        input_name: &str,
+        schema: SchemaRef,
+        sides: Option<&JoinedSides>,
+    ) -> Result<Self, SqlError> {
         let ctx = SessionContext::new();
         ctx.register_table(input_name, Arc::new(EmptyTable::new(Arc::clone(&schema))))
             .map_err(|e| SqlError::Plan(e.to_string()))?;
+        if let Some(sides) = sides {
+            for (name, side) in [&sides.left, &sides.right] {
+                if name != input_name {
+                    ctx.register_table(name.as_str(), Arc::new(EmptyTable::new(Arc::clone(side))))
+                        .map_err(|e| SqlError::Plan(e.to_string()))?;
+                }
+            }
+        }
         let state = ctx.state();
         // Planning does no I/O; a one-thread runtime runs the async API.
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -75,6 +108,9 @@ impl StatelessQuery {
         if let LogicalPlan::Filter(filter) = input {
             predicate = Some(filter.predicate.clone());
             input = filter.input.as_ref();
+        }
+        if let (LogicalPlan::Join(join), Some(sides)) = (input, sides) {
+            return Self::over_join(&state, &projection, predicate, join, sides, schema, output);
         }
         // `FROM input AS b`: the expressions name `b.col`, so they are bound
         // to the alias's schema (the same columns, in the same order, as the
@@ -135,6 +171,79 @@ impl StatelessQuery {
             output,
             input_columns,
             filters,
+        })
+    }
+
+    /// `FROM left AS a, right AS b`: the join's own rows, each column
+    /// bound to its place in them. The query may only read the two sides,
+    /// in the join's order, with no condition in the FROM beyond
+    /// equalities and filters (they become part of the WHERE).
+    fn over_join(
+        state: &datafusion::execution::SessionState,
+        projection: &datafusion::logical_expr::Projection,
+        predicate: Option<Expr>,
+        join: &datafusion::logical_expr::Join,
+        sides: &JoinedSides,
+        schema: SchemaRef,
+        output: SchemaRef,
+    ) -> Result<Self, SqlError> {
+        let expected = format!(
+            "a query over a join reads its two inputs in order: FROM {} AS a, {} AS b",
+            sides.left.0, sides.right.0
+        );
+        for (plan, (name, _)) in [
+            (join.left.as_ref(), &sides.left),
+            (join.right.as_ref(), &sides.right),
+        ] {
+            let mut scan = plan;
+            while let LogicalPlan::SubqueryAlias(alias) = scan {
+                scan = alias.input.as_ref();
+            }
+            match scan {
+                LogicalPlan::TableScan(t) if t.table_name.table() == name.as_str() => {}
+                other => {
+                    return Err(SqlError::Plan(format!(
+                        "{expected}, not {}",
+                        other.display()
+                    )));
+                }
+            }
+        }
+        if join.join_type != datafusion::common::JoinType::Inner {
+            return Err(SqlError::Plan(expected));
+        }
+        let conditions = join
+            .on
+            .iter()
+            .map(|(l, r)| l.clone().eq(r.clone()))
+            .chain(join.filter.clone())
+            .chain(predicate);
+        let predicate = conditions.reduce(|a, b| a.and(b));
+        let df_schema = join.schema.as_ref();
+        if df_schema.fields().len() != schema.fields().len() {
+            return Err(SqlError::Plan(format!(
+                "the join emits {} columns, its two inputs {}",
+                schema.fields().len(),
+                df_schema.fields().len()
+            )));
+        }
+        let physical = |e: &Expr| {
+            state
+                .create_physical_expr(e.clone(), df_schema)
+                .map_err(|err| SqlError::Plan(clean(err.to_string())))
+        };
+        Ok(StatelessQuery {
+            predicate: predicate.as_ref().map(physical).transpose()?,
+            projection: projection
+                .expr
+                .iter()
+                .map(physical)
+                .collect::<Result<Vec<_>, _>>()?,
+            output,
+            // The join reads whole rows; its own filters were the user's
+            // to push before it.
+            input_columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            filters: Vec::new(),
         })
     }
 

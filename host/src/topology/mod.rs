@@ -264,14 +264,14 @@ impl StageKind {
 
     /// Whether the stage holds state that fires on watermarks.
     pub fn needs_watermark(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            StageKind::Join(j) => j.window != JoinWindow::Unbounded,
             StageKind::Window(_)
-                | StageKind::Session(_)
-                | StageKind::TopN(_)
-                | StageKind::Join(_)
-                | StageKind::KeyedStep(_)
-        )
+            | StageKind::Session(_)
+            | StageKind::TopN(_)
+            | StageKind::KeyedStep(_) => true,
+            _ => false,
+        }
     }
 }
 

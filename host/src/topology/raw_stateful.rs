@@ -46,10 +46,11 @@ pub(super) struct RawTopN {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawJoin {
     on: OneOrMany,
-    time: String,
+    time: Option<String>,
     right_time: Option<String>,
     window: Option<String>,
     between: Option<Vec<String>>,
+    unbounded: Option<bool>,
     allowed_lateness: Option<String>,
 }
 
@@ -314,9 +315,11 @@ impl Ctx<'_> {
 
     fn positive(&self, at: &str, text: &str, errors: &mut Vec<Diagnostic>) -> Option<Duration> {
         match parse_duration(text) {
-            Ok(d) if d.as_millis() > 0 => Some(d),
+            // Sub-millisecond windows are for grouping by an exact time
+            // (SQL's GROUP BY a window's end): event time is in µs.
+            Ok(d) if d.as_micros() > 0 => Some(d),
             Ok(_) => {
-                errors.push(self.map.at_key(at, "must be at least 1ms"));
+                errors.push(self.map.at_key(at, "must be at least 1ms (or 0.001ms)"));
                 None
             }
             Err(m) => {
@@ -359,14 +362,14 @@ impl Ctx<'_> {
         let allowed_lateness =
             self.lateness(&format!("{key}.window"), raw.allowed_lateness, errors);
         if let (Some(size), Some(slide)) = (size, slide)
-            && (slide > size || size.as_millis() % slide.as_millis() != 0)
+            && (slide > size || size.as_micros() % slide.as_micros() != 0)
         {
             errors.push(self.map.at_key(
                 &format!("{key}.window.slide"),
                 format!(
                     "the slide ({}ms) must divide the size ({}ms): every row then belongs to size/slide windows",
-                    slide.as_millis(),
-                    size.as_millis()
+                    slide.as_secs_f64() * 1000.0,
+                    size.as_secs_f64() * 1000.0
                 ),
             ));
         }
@@ -442,7 +445,16 @@ impl Ctx<'_> {
 
     fn join(&self, key: &str, raw: RawJoin, errors: &mut Vec<Diagnostic>) -> Option<StageKind> {
         let on = self.equalities(&format!("{key}.join.on"), raw.on, errors)?;
+        let unbounded = raw.unbounded.unwrap_or(false);
+        if unbounded && (raw.window.is_some() || raw.between.is_some()) {
+            errors.push(self.map.at_key(
+                &format!("{key}.join.unbounded"),
+                "an unbounded join has no `window` or `between`: drop one or the other",
+            ));
+            return None;
+        }
         let window = match (raw.window, raw.between) {
+            _ if unbounded => JoinWindow::Unbounded,
             (Some(w), None) => {
                 JoinWindow::Tumbling(self.positive(&format!("{key}.join.window"), &w, errors)?)
             }
@@ -482,17 +494,29 @@ impl Ctx<'_> {
             (None, None) => {
                 errors.push(self.map.at_key(
                     &format!("{key}.join"),
-                    "bound the join in event time: `window = \"10s\"` (rows in the same tumbling window) or `between = [\"-5s\", \"10s\"]` (right rows within an interval of the left row's time)",
+                    "bound the join in event time: `window = \"10s\"` (rows in the same tumbling window) or `between = [\"-5s\", \"10s\"]` (right rows within an interval of the left row's time); `unbounded = true` joins every pair whatever their times, holding every row for as long as it runs",
                 ));
                 return None;
             }
         };
         let allowed_lateness =
             self.lateness(&format!("{key}.join"), raw.allowed_lateness, errors)?;
+        // An unbounded join needs no time; a bounded one times both sides.
+        let left_time = match raw.time {
+            Some(t) => t,
+            None if unbounded => String::new(),
+            None => {
+                errors.push(self.map.at_key(
+                    &format!("{key}.join"),
+                    "name the left input's event-time column: `time = \"date_time\"` (and `right_time` if the right input's differs)",
+                ));
+                return None;
+            }
+        };
         Some(StageKind::Join(JoinSpec {
             on,
-            right_time: raw.right_time.unwrap_or_else(|| raw.time.clone()),
-            left_time: raw.time,
+            right_time: raw.right_time.unwrap_or_else(|| left_time.clone()),
+            left_time,
             window,
             allowed_lateness,
         }))

@@ -99,6 +99,13 @@ pub enum JoinWindow {
         /// Upper bound.
         upper: i64,
     },
+    /// Every pair of rows with equal keys, whatever their times: a regular
+    /// join, which holds every row of both inputs for as long as it runs
+    /// (SQL's join without a time condition; for bounded inputs or small
+    /// key spaces). Its output carries no event time a later window could
+    /// use: the watermark it forwards stays at the start of time until its
+    /// inputs end.
+    Unbounded,
 }
 
 /// `join = { on, time, window | between }` on a stage with two inputs
@@ -125,6 +132,7 @@ impl JoinSpec {
         let window = match self.window {
             JoinWindow::Tumbling(d) => format!("window={}ms", d.as_millis()),
             JoinWindow::Interval { lower, upper } => format!("between=[{lower}us, {upper}us]"),
+            JoinWindow::Unbounded => "unbounded".to_string(),
         };
         format!(
             "join on=[{}] time={}/{} {window}",

@@ -80,7 +80,9 @@ impl StatefulPlan {
             StatefulPlan::TopN(p) => Box::new(TopN::new(p, ctx)?),
             StatefulPlan::Join(p) => match p.window() {
                 JoinWindow::Tumbling(_) => Box::new(WindowJoin::new(p, ctx)?),
-                JoinWindow::Interval { .. } => Box::new(IntervalJoin::new(p, ctx)?),
+                JoinWindow::Interval { .. } | JoinWindow::Unbounded => {
+                    Box::new(IntervalJoin::new(p, ctx)?)
+                }
             },
         })
     }

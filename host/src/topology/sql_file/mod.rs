@@ -15,6 +15,7 @@
 //! that the TOML layer and the planner report their findings at the line
 //! and column of the statement at fault.
 
+mod join;
 mod preprocess;
 mod query;
 mod top_n;
@@ -196,6 +197,9 @@ struct Translator<'a> {
     /// Nodes whose rows carry a window (`window_end`), with its slide in
     /// milliseconds: a top-N ranks them per window.
     windowed: BTreeMap<String, u64>,
+    /// Nodes whose rows carry a window's end, with the columns holding it
+    /// (`window_end AS endtime`): a join on them is bounded by the window.
+    window_ends: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl<'a> Translator<'a> {
@@ -213,6 +217,7 @@ impl<'a> Translator<'a> {
             planning: BTreeSet::new(),
             names: BTreeSet::new(),
             windowed: BTreeMap::new(),
+            window_ends: BTreeMap::new(),
         }
     }
 

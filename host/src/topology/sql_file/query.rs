@@ -53,6 +53,11 @@ pub(super) enum WindowShape {
     },
     /// Sessions: rows closer than `gap_ms` per key.
     Session { time: String, gap_ms: u64 },
+    /// The rows of a windowed input grouped by their window's end, `time`
+    /// (Nexmark q5's maximum per window): a tumbling window of one
+    /// microsecond over it, which fires as soon as the watermark passes
+    /// the end, with the end kept as a key.
+    PerWindowEnd { time: String },
 }
 
 /// A window table function call: which, over what, how long.
@@ -117,22 +122,15 @@ impl Translator<'_> {
                 "group rows per window: GROUP BY window_start, window_end, … over TABLE(TUMBLE(…))",
             ));
         }
+        if select.from.len() > 1 || select.from.iter().any(|f| !f.joins.is_empty()) {
+            return self.plan_join(select, name, rename, at);
+        }
         let [from] = select.from.as_slice() else {
             return Err(refuse(
-                if select.from.is_empty() {
-                    "a SELECT without FROM"
-                } else {
-                    "a comma join"
-                },
+                "a SELECT without FROM",
                 "read one table or view per SELECT",
             ));
         };
-        if !from.joins.is_empty() {
-            return Err(refuse(
-                "JOIN",
-                "joins are TOML `join` stages for now (interval and window joins)",
-            ));
-        }
         let relation = from.relation.clone();
         if let Some((function, args, alias)) = window_function(&relation) {
             let call = self.window_call(&function, args, at)?;
@@ -221,6 +219,22 @@ impl Translator<'_> {
         })
     }
 
+    /// `GROUP BY k…` over a windowed input where one `k` holds its rows'
+    /// window end (`window_end`, or an alias of it): the end column and
+    /// every key; `None` for any other GROUP BY.
+    fn grouped_by_window_end(&self, select: &Select, input: &str) -> Option<(String, Vec<String>)> {
+        let GroupByExpr::Expressions(exprs, modifiers) = &select.group_by else {
+            return None;
+        };
+        if exprs.is_empty() || !modifiers.is_empty() {
+            return None;
+        }
+        let keys: Vec<String> = exprs.iter().map(column_of).collect::<Option<_>>()?;
+        let ends = self.window_ends.get(input)?;
+        let time = keys.iter().find(|k| ends.contains(*k))?.clone();
+        Some((time, keys))
+    }
+
     /// A projection and filter over one input: a SQL stage.
     fn plan_select(
         &mut self,
@@ -232,6 +246,11 @@ impl Translator<'_> {
         at: Option<usize>,
     ) -> Result<String, SqlProblem> {
         if let Some((shape, keys)) = group_window(&select, at)? {
+            return self.plan_window(select, input, shape, keys, alias, name, rename, at);
+        }
+        if let Some(keys) = self.grouped_by_window_end(&select, &input) {
+            let (time, keys) = keys;
+            let shape = WindowShape::PerWindowEnd { time };
             return self.plan_window(select, input, shape, keys, alias, name, rename, at);
         }
         if is_grouped(&select) || select.having.is_some() {
@@ -277,8 +296,19 @@ impl Translator<'_> {
         fields: Vec<(&str, toml::Value)>,
         at: Option<usize>,
     ) -> Result<(), SqlProblem> {
+        self.add_stage_of(name, &[input.to_string()], fields, at)
+    }
+
+    /// `stages.<name> = { input = [inputs…], <fields> }` (a join reads two).
+    pub(super) fn add_stage_of(
+        &mut self,
+        name: &str,
+        inputs: &[String],
+        fields: Vec<(&str, toml::Value)>,
+        at: Option<usize>,
+    ) -> Result<(), SqlProblem> {
         self.doc.mark(format!("stages.{name}"), at);
-        let input = toml::Value::Array(vec![toml::Value::String(input.to_string())]);
+        let input = strings(inputs.to_vec());
         for (field, value) in std::iter::once(("input", input)).chain(fields) {
             let key = ["stages", name, field].map(str::to_string);
             self.doc
@@ -403,10 +433,6 @@ impl Translator<'_> {
         rename: Option<&[Ident]>,
         at: Option<usize>,
     ) -> Result<String, SqlProblem> {
-        let problem = |message: String| SqlProblem {
-            offset: at,
-            message,
-        };
         // The aggregates of the select list and HAVING, each computed once
         // by the window stage under an alias the later stage reads.
         let mut projection = select.projection.clone();
@@ -431,7 +457,7 @@ impl Translator<'_> {
             } = item
                 && is_aggregate(f)
             {
-                direct_aliases.push((f.to_string(), alias.value.clone()));
+                direct_aliases.push((unqualified(f).to_string(), alias.value.clone()));
             }
         }
         let positions = self.positions;
@@ -440,6 +466,7 @@ impl Translator<'_> {
                 if let Expr::Function(f) = e
                     && is_aggregate(f)
                 {
+                    let f = &unqualified(f);
                     let text = f.to_string();
                     let alias = match aggregates.iter().find(|(t, _, _)| *t == text) {
                         Some((_, alias, _)) => alias.clone(),
@@ -492,10 +519,10 @@ impl Translator<'_> {
             collect(h);
         }
         if aggregates.is_empty() {
-            return Err(problem(
-                "a windowed GROUP BY computes at least one aggregate (count(*), sum(col), …)"
-                    .into(),
-            ));
+            // A GROUP BY without aggregates keeps each group once per
+            // window (Nexmark q8): the window stage counts, and the stage
+            // after it drops the count.
+            aggregates.push(("count(*)".to_string(), "fv_group_rows".to_string(), at));
         }
         // Filter first, then window.
         let mut input = input;
@@ -504,7 +531,9 @@ impl Translator<'_> {
             let mut filter = select.clone();
             // Only what the window reads, so sources are asked for no more.
             let time = match &shape {
-                WindowShape::Sliding { time, .. } | WindowShape::Session { time, .. } => time,
+                WindowShape::Sliding { time, .. }
+                | WindowShape::Session { time, .. }
+                | WindowShape::PerWindowEnd { time } => time,
             };
             let mut columns: Vec<&String> = Vec::new();
             for c in std::iter::once(time).chain(&keys).chain(&arguments) {
@@ -552,6 +581,9 @@ impl Translator<'_> {
             self.fresh_name(&format!("{name}_window"))
         };
         let mut window = toml::Table::new();
+        // The column that holds the end of the input rows' windows, as the
+        // stage's output names it.
+        let mut end = "window_end".to_string();
         let (field, slide) = match shape {
             WindowShape::Sliding {
                 time,
@@ -567,6 +599,12 @@ impl Translator<'_> {
                 window.insert("time".into(), toml::Value::String(time));
                 window.insert("gap".into(), toml::Value::String(format!("{gap_ms}ms")));
                 ("session", None)
+            }
+            WindowShape::PerWindowEnd { time } => {
+                window.insert("time".into(), toml::Value::String(time.clone()));
+                window.insert("size".into(), toml::Value::String("0.001ms".into()));
+                end = time;
+                ("window", None)
             }
         };
         let texts = aggregates
@@ -592,6 +630,8 @@ impl Translator<'_> {
         if let Some(slide) = slide {
             self.windowed.insert(window_name.clone(), slide);
         }
+        self.window_ends
+            .insert(window_name.clone(), [end.clone()].into());
         if exact {
             return Ok(window_name);
         }
@@ -606,6 +646,10 @@ impl Translator<'_> {
             rename_items(&mut after.projection, columns, at)?;
         }
         self.add_sql_stage(name, &window_name, &after, at)?;
+        let ends = window_end_names(&after.projection, &end);
+        if !ends.is_empty() {
+            self.window_ends.insert(name.to_string(), ends);
+        }
         if let Some(slide) = slide
             && keeps_window_end
             && rename.is_none_or(|r| r.iter().any(|c| c.value == "window_end"))
@@ -640,6 +684,21 @@ pub(super) fn window_function(
         } => Some((function.to_string(), args.clone(), alias.clone())),
         _ => None,
     }
+}
+
+/// An aggregate as the window stage computes it over its one input:
+/// `max(t.col)` is `max(col)` there.
+fn unqualified(f: &Function) -> Function {
+    let mut f = f.clone();
+    let _ = visit_expressions_mut(&mut f, |arg| {
+        if let Expr::CompoundIdentifier(parts) = arg
+            && let Some(last) = parts.last()
+        {
+            *arg = Expr::Identifier(last.clone());
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    f
 }
 
 /// Whether a SELECT has a GROUP BY.
@@ -770,6 +829,33 @@ fn window_bounds(expr: &mut Expr) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// The names a select list passes the column `end` on under (`window_end`,
+/// `window_end AS endtime`, `*`), as a query over them resolves them.
+fn window_end_names(items: &[SelectItem], end: &str) -> std::collections::BTreeSet<String> {
+    let is_end = |e: &Expr| match e {
+        Expr::Identifier(id) => id.value.eq_ignore_ascii_case(end),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .is_some_and(|p| p.value.eq_ignore_ascii_case(end)),
+        _ => false,
+    };
+    items
+        .iter()
+        .filter_map(|i| match i {
+            SelectItem::UnnamedExpr(e) if is_end(e) => Some(end.to_string()),
+            SelectItem::ExprWithAlias { expr, alias } if is_end(expr) => {
+                Some(if alias.quote_style.is_some() {
+                    alias.value.clone()
+                } else {
+                    alias.value.to_lowercase()
+                })
+            }
+            SelectItem::Wildcard(_) => Some(end.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether a select list passes `window_end` on under its own name (a

@@ -9,6 +9,11 @@
 //! counted and dropped, so each pair is emitted exactly once whatever the
 //! arrival order. Emitted rows carry times up to the interval behind the
 //! watermark, so the forwarded watermark is held back by it.
+//!
+//! An unbounded join (`JoinWindow::Unbounded`) is this operator with an
+//! interval and a lateness that never end: every pair with equal keys
+//! meets, no row is late or expires, and the watermark it forwards stays at
+//! the start of time until its inputs end.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -105,8 +110,16 @@ pub struct IntervalJoin {
 impl IntervalJoin {
     /// The operator of one task, with its vnodes' state restored.
     pub fn new(plan: JoinPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
-        let JoinWindow::Interval { lower, upper } = plan.spec.window else {
-            return Err(ctx.error("an interval join needs `between`"));
+        // An unbounded join is an interval join whose interval and lateness
+        // never end: every pair meets, no row expires or is late.
+        let (lower, upper, lateness) = match plan.spec.window {
+            JoinWindow::Interval { lower, upper } => {
+                (lower, upper, plan.spec.allowed_lateness.as_micros() as i64)
+            }
+            JoinWindow::Unbounded => (-i64::MAX, i64::MAX, i64::MAX),
+            JoinWindow::Tumbling(_) => {
+                return Err(ctx.error("an interval join needs `between`"));
+            }
         };
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;
@@ -122,7 +135,7 @@ impl IntervalJoin {
         Ok(IntervalJoin {
             lower,
             upper,
-            lateness: plan.spec.allowed_lateness.as_micros() as i64,
+            lateness,
             format: plan.format(),
             plan,
             sides,
@@ -250,7 +263,9 @@ impl Operator for IntervalJoin {
             }
             self.gauge.report(self.rows_held(), out);
         }
-        let hold = self.lateness + self.upper.max(-self.lower).max(0);
+        let hold = self
+            .lateness
+            .saturating_add(self.upper.max(-self.lower).max(0));
         out.watermark(held_back(watermark, hold))
     }
 

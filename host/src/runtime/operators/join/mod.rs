@@ -1,6 +1,7 @@
-//! Joins of two inputs bounded in event time — [`WindowJoin`] (both rows
-//! in the same tumbling window, Nexmark q8) and [`IntervalJoin`] (right
-//! rows within `[left + lower, left + upper]`) — and the [`JoinPlan`] they
+//! Joins of two inputs — [`WindowJoin`] (both rows in the same tumbling
+//! window, Nexmark q8) and [`IntervalJoin`] (right rows within
+//! `[left + lower, left + upper]`, or any time for an unbounded join) —
+//! and the [`JoinPlan`] they
 //! share: key columns per side (equal types, so both sides hash a key to
 //! the same vnode and the same task), event-time columns, whole rows kept
 //! as row-format bytes, and the output schema (left columns, then right
@@ -29,8 +30,8 @@ use crate::topology::{JoinSpec, JoinWindow};
 pub struct JoinPlan {
     spec: JoinSpec,
     inputs: [SchemaRef; 2],
-    /// Event-time column per side.
-    time: [usize; 2],
+    /// Event-time column per side (none in an unbounded join without one).
+    time: [Option<usize>; 2],
     output: SchemaRef,
 }
 
@@ -66,7 +67,7 @@ impl JoinPlan {
                 ));
             }
         }
-        let mut time = [0; 2];
+        let mut time = [None; 2];
         for (side, (schema, name, label, field)) in [
             (&left.1, &spec.left_time, "left", "join.time"),
             (&right.1, &spec.right_time, "right", "join.right_time"),
@@ -74,6 +75,11 @@ impl JoinPlan {
         .into_iter()
         .enumerate()
         {
+            // An unbounded join pairs rows whatever their times: it may
+            // name no time column.
+            if name.is_empty() && spec.window == JoinWindow::Unbounded {
+                continue;
+            }
             let i = find(schema, label, field, name)?;
             if !matches!(schema.field(i).data_type(), DataType::Timestamp(_, _)) {
                 return Err((
@@ -84,7 +90,7 @@ impl JoinPlan {
                     ),
                 ));
             }
-            time[side] = i;
+            time[side] = Some(i);
         }
         let mut fields: Vec<Arc<Field>> = Vec::new();
         if matches!(spec.window, JoinWindow::Tumbling(_)) {
@@ -139,6 +145,7 @@ impl JoinPlan {
             JoinWindow::Interval { lower, upper } => {
                 format.setting("lower_us", lower).setting("upper_us", upper)
             }
+            JoinWindow::Unbounded => format.setting("unbounded", true),
         }
         .or_legacy(s.describe())
     }
@@ -165,10 +172,11 @@ impl JoinPlan {
 struct JoinSide {
     hasher: KeyHasher,
     codec: RowCodec,
-    time: usize,
+    time: Option<usize>,
 }
 
-/// A batch of one side as the joins hold it: event times, keys, rows.
+/// A batch of one side as the joins hold it: event times (all zero for a
+/// side without a time column), keys, rows.
 struct SideRows {
     times: arrow::array::TimestampMicrosecondArray,
     keys: arrow::row::Rows,
@@ -183,8 +191,11 @@ impl JoinSide {
         ctx: &crate::runtime::checkpoint::StateContext,
     ) -> Result<SideRows, crate::runtime::TaskError> {
         Ok(SideRows {
-            times: super::rows::event_micros(batch, self.time)
-                .map_err(ctx.arrow("reading event time"))?,
+            times: match self.time {
+                Some(column) => super::rows::event_micros(batch, column)
+                    .map_err(ctx.arrow("reading event time"))?,
+                None => arrow::array::TimestampMicrosecondArray::from(vec![0; batch.num_rows()]),
+            },
             keys: self
                 .hasher
                 .rows(batch)

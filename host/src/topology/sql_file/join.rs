@@ -1,0 +1,570 @@
+//! Joins planned onto the native join stage: `FROM a [AS x] [INNER] JOIN b
+//! [AS y] ON …` or `FROM a x, b y WHERE …`, inner, with at least one
+//! equality between a column of each side.
+//!
+//! The conditions of ON and WHERE are sorted, conjunct by conjunct:
+//!
+//! - `x.k = y.k` between the sides: a key of the join; but between two
+//!   columns that hold their sides' `window_end` (a windowed GROUP BY's,
+//!   under any alias), it bounds the join in time instead: the rows of the
+//!   same window meet, and leave the state when the watermark passes it;
+//! - `x.t BETWEEN y.t - INTERVAL … AND y.t + INTERVAL …` (or `>=`, `<=`,
+//!   `>`, `<` with intervals on either side): the interval of an interval
+//!   join, once both of its ends are known for one pair of time columns;
+//! - a condition on one side only: a SQL stage before the join on that
+//!   side (sources are asked for those rows only, as for any filter);
+//! - anything else: a SQL stage after the join, with the select list.
+//!
+//! With no interval, the join is unbounded: every pair of rows with equal
+//! keys meets whatever their times, and both inputs are held for as long
+//! as the topology runs (Flink's regular join). The stage after the join
+//! reads its rows as `FROM a AS x, b AS y`, so the select list keeps the
+//! query's qualifiers. This module never checks a column: the planner does.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, Select, SelectItem,
+    Spanned, TableAlias, TableFactor, TableWithJoins, visit_expressions,
+};
+
+use super::query::{rename_items, strings, table_factor, window_function};
+use super::{SqlProblem, Translator, values};
+
+/// One side of a join: the node it reads and its qualifier in the query.
+struct Side {
+    node: String,
+    qualifier: Ident,
+}
+
+/// A column of one side: the side (0 left, 1 right) and its name.
+type ColumnRef = (usize, String);
+
+/// A comparison between a time column of each side, as a bound on
+/// `right time − left time` (microseconds), with the condition it came from.
+struct TimeBound {
+    left: String,
+    right: String,
+    lower: Option<i64>,
+    upper: Option<i64>,
+    condition: Expr,
+}
+
+impl Translator<'_> {
+    /// Plan a SELECT whose FROM joins two relations; returns the node of
+    /// its result.
+    pub(super) fn plan_join(
+        &mut self,
+        select: Select,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        let (left, right, on) = match select.from.as_slice() {
+            [a, b] if a.joins.is_empty() && b.joins.is_empty() => {
+                (a.relation.clone(), b.relation.clone(), None)
+            }
+            [a] if a.joins.len() == 1 => {
+                let join = &a.joins[0];
+                let on = match &join.join_operator {
+                    JoinOperator::Join(JoinConstraint::On(e))
+                    | JoinOperator::Inner(JoinConstraint::On(e)) => Some(e.clone()),
+                    JoinOperator::Join(JoinConstraint::None)
+                    | JoinOperator::Inner(JoinConstraint::None) => None,
+                    JoinOperator::Left(_)
+                    | JoinOperator::LeftOuter(_)
+                    | JoinOperator::Right(_)
+                    | JoinOperator::RightOuter(_)
+                    | JoinOperator::FullOuter(_) => {
+                        return Err(problem(
+                            "an outer join is not planned from SQL: its result updates (a row without a match is emitted, then retracted when one arrives); write an inner JOIN, or a TOML `lookup` stage with kind = \"left\" for a bounded table".into(),
+                        ));
+                    }
+                    JoinOperator::Join(_) | JoinOperator::Inner(_) => {
+                        return Err(problem(
+                            "JOIN … USING / NATURAL JOIN: write the condition out, JOIN b ON a.k = b.k".into(),
+                        ));
+                    }
+                    _ => {
+                        return Err(problem(
+                            "this kind of join (CROSS, SEMI, ANTI, ASOF, APPLY…) is not planned from SQL; an inner JOIN … ON a.k = b.k is".into(),
+                        ));
+                    }
+                };
+                (a.relation.clone(), join.relation.clone(), on)
+            }
+            _ => {
+                return Err(problem(
+                    "a SELECT joins two relations at most: join the others in a view (CREATE VIEW ab AS SELECT … FROM a JOIN b ON …) and join that".into(),
+                ));
+            }
+        };
+        if super::query::is_grouped(&select) || select.having.is_some() {
+            return Err(problem(
+                "GROUP BY over a join is an updating aggregate (each new pair changes a group's result) and is not planned from SQL; aggregate per window in a view over the join's result instead".into(),
+            ));
+        }
+        let sides = [
+            self.join_side(&left, name, "left", at)?,
+            self.join_side(&right, name, "right", at)?,
+        ];
+        if normalized(&sides[0].qualifier) == normalized(&sides[1].qualifier) {
+            return Err(problem(format!(
+                "both sides of the join are called `{}`: give one an alias (FROM {} AS a JOIN {} AS b ON …)",
+                sides[0].qualifier, sides[0].qualifier, sides[1].qualifier
+            )));
+        }
+        let mut conjuncts = Vec::new();
+        for condition in on.iter().chain(select.selection.as_ref()) {
+            split_and(condition, &mut conjuncts);
+        }
+        let mut keys: Vec<(String, String)> = Vec::new();
+        let mut bounds: Vec<TimeBound> = Vec::new();
+        let mut pushed: [Vec<Expr>; 2] = Default::default();
+        let mut after: Vec<Expr> = Vec::new();
+        for c in conjuncts {
+            if let Some(((ls, l), (rs, r))) = column_equality(&c, &sides)
+                && ls != rs
+            {
+                let (l, r) = if ls == 0 { (l, r) } else { (r, l) };
+                if self.holds_window_end(&sides[0].node, &l)
+                    && self.holds_window_end(&sides[1].node, &r)
+                {
+                    bounds.push(TimeBound {
+                        left: l,
+                        right: r,
+                        lower: Some(0),
+                        upper: Some(0),
+                        condition: c,
+                    });
+                } else {
+                    keys.push((l, r));
+                }
+                continue;
+            }
+            let mut found = Vec::new();
+            time_bounds(&c, &sides, &mut found);
+            if !found.is_empty() {
+                for (left, right, lower, upper) in found {
+                    bounds.push(TimeBound {
+                        left,
+                        right,
+                        lower,
+                        upper,
+                        condition: c.clone(),
+                    });
+                }
+                continue;
+            }
+            match references(&c, &sides) {
+                Reads::One(side) => pushed[side].push(c),
+                Reads::Several => after.push(c),
+            }
+        }
+        if keys.is_empty() {
+            return Err(problem(format!(
+                "a join needs at least one equality between a column of each side (ON {}.k = {}.k): without one every row meets every other",
+                sides[0].qualifier, sides[1].qualifier
+            )));
+        }
+        // The interval: the first pair of time columns bounded both ways;
+        // every other time condition is checked after the join.
+        let mut interval: Option<(String, String, i64, i64)> = None;
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for b in &bounds {
+            if !pairs.contains(&(b.left.clone(), b.right.clone())) {
+                pairs.push((b.left.clone(), b.right.clone()));
+            }
+        }
+        for (l, r) in pairs {
+            let of_pair = bounds.iter().filter(|b| b.left == l && b.right == r);
+            let lower = of_pair.clone().filter_map(|b| b.lower).max();
+            let upper = of_pair.filter_map(|b| b.upper).min();
+            if let (Some(lower), Some(upper)) = (lower, upper) {
+                if lower > upper {
+                    return Err(problem(format!(
+                        "the time conditions between {}.{l} and {}.{r} leave no interval (from {lower} µs to {upper} µs): no rows would ever meet",
+                        sides[0].qualifier, sides[1].qualifier
+                    )));
+                }
+                interval = Some((l, r, lower, upper));
+                break;
+            }
+        }
+        for b in bounds {
+            let used = interval
+                .as_ref()
+                .is_some_and(|(l, r, _, _)| *l == b.left && *r == b.right);
+            if !used && !after.contains(&b.condition) {
+                after.push(b.condition);
+            }
+        }
+        // Filters before the join, on the side they read.
+        let mut inputs = Vec::new();
+        for (i, side) in sides.iter().enumerate() {
+            let Some(condition) = and_all(std::mem::take(&mut pushed[i])) else {
+                inputs.push(side.node.clone());
+                continue;
+            };
+            let filter_name = self.fresh_name(&format!("{name}_{}", side_label(i)));
+            let mut filter = select.clone();
+            filter.projection = vec![SelectItem::Wildcard(Default::default())];
+            filter.from = vec![TableWithJoins {
+                relation: table_factor(&side.node, Some(alias(&side.qualifier)), at)?,
+                joins: vec![],
+            }];
+            filter.selection = Some(condition);
+            filter.group_by = GroupByExpr::Expressions(vec![], vec![]);
+            filter.having = None;
+            self.add_sql_stage(&filter_name, &side.node, &filter, at)?;
+            inputs.push(filter_name);
+        }
+        if inputs[0] == inputs[1] {
+            // A self-join: the join stage reads two distinct inputs, so the
+            // right side goes through a stage of its own.
+            let copy = self.fresh_name(&format!("{name}_right"));
+            let mut all = select.clone();
+            all.projection = vec![SelectItem::Wildcard(Default::default())];
+            all.from = vec![TableWithJoins {
+                relation: table_factor(&inputs[1], None, at)?,
+                joins: vec![],
+            }];
+            all.selection = None;
+            all.group_by = GroupByExpr::Expressions(vec![], vec![]);
+            all.having = None;
+            self.add_sql_stage(&copy, &inputs[1], &all, at)?;
+            inputs[1] = copy;
+        }
+        let join_name = self.fresh_name(&format!("{name}_join"));
+        let mut join = toml::Table::new();
+        join.insert(
+            "on".into(),
+            strings(keys.iter().map(|(l, r)| format!("{l} = {r}")).collect()),
+        );
+        match &interval {
+            Some((l, r, lower, upper)) => {
+                join.insert("time".into(), toml::Value::String(l.clone()));
+                join.insert("right_time".into(), toml::Value::String(r.clone()));
+                join.insert(
+                    "between".into(),
+                    strings(vec![micros(*lower), micros(*upper)]),
+                );
+            }
+            None => {
+                join.insert("unbounded".into(), toml::Value::Boolean(true));
+            }
+        }
+        self.add_stage_of(
+            &join_name,
+            &inputs,
+            vec![("join", toml::Value::Table(join))],
+            at,
+        )?;
+        // The select list over the joined rows, each side under its name.
+        let mut result = select;
+        result.from = vec![
+            TableWithJoins {
+                relation: table_factor(&inputs[0], Some(alias(&sides[0].qualifier)), at)?,
+                joins: vec![],
+            },
+            TableWithJoins {
+                relation: table_factor(&inputs[1], Some(alias(&sides[1].qualifier)), at)?,
+                joins: vec![],
+            },
+        ];
+        result.selection = and_all(after);
+        if let Some(columns) = rename {
+            rename_items(&mut result.projection, columns, at)?;
+        }
+        self.add_sql_stage(name, &join_name, &result, at)?;
+        Ok(name.to_string())
+    }
+
+    /// The node one side of a join reads, planned, and its qualifier.
+    fn join_side(
+        &mut self,
+        relation: &TableFactor,
+        name: &str,
+        label: &str,
+        at: Option<usize>,
+    ) -> Result<Side, SqlProblem> {
+        if window_function(relation).is_some() {
+            return Err(SqlProblem {
+                offset: at,
+                message: "a window table function as a side of a join is not planned from SQL; group it by window in a subquery (SELECT …, window_start, window_end FROM TABLE(TUMBLE(…)) GROUP BY window_start, window_end, …) and join on window_end".into(),
+            });
+        }
+        match relation {
+            TableFactor::Table {
+                name: table,
+                args: None,
+                alias,
+                ..
+            } => {
+                let node = self.resolve(
+                    &table.to_string(),
+                    self.positions.offset(table.span().start).or(at),
+                )?;
+                let qualifier = match alias {
+                    Some(a) => a.name.clone(),
+                    None => table
+                        .0
+                        .last()
+                        .and_then(|p| p.as_ident())
+                        .cloned()
+                        .ok_or_else(|| SqlProblem {
+                            offset: at,
+                            message: format!("`{table}`: name the table with one identifier"),
+                        })?,
+                };
+                Ok(Side { node, qualifier })
+            }
+            TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                let Some(alias) = alias else {
+                    return Err(SqlProblem {
+                        offset: at,
+                        message: format!(
+                            "the {label} side of the join is a subquery without a name: write (SELECT …) AS x"
+                        ),
+                    });
+                };
+                let inner = self.fresh_name(&format!("{name}_{}", alias.name.value.to_lowercase()));
+                let node = self.plan_query(subquery, &inner, None)?;
+                Ok(Side {
+                    node,
+                    qualifier: alias.name.clone(),
+                })
+            }
+            other => Err(SqlProblem {
+                offset: at,
+                message: format!("`{other}` as a side of a join: join tables, views or subqueries"),
+            }),
+        }
+    }
+
+    /// Whether `column` of `node`'s rows is its window's end.
+    fn holds_window_end(&self, node: &str, column: &str) -> bool {
+        self.window_ends
+            .get(node)
+            .is_some_and(|columns| columns.contains(column))
+    }
+}
+
+/// The name DataFusion resolves an identifier to: unquoted ones are
+/// lower-cased.
+fn normalized(id: &Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
+}
+
+fn alias(qualifier: &Ident) -> TableAlias {
+    TableAlias {
+        explicit: true,
+        name: qualifier.clone(),
+        columns: vec![],
+        at: None,
+    }
+}
+
+fn side_label(i: usize) -> &'static str {
+    if i == 0 { "left" } else { "right" }
+}
+
+/// A duration in microseconds, as the join's `between` takes it.
+fn micros(us: i64) -> String {
+    if us % 1000 == 0 {
+        format!("{}ms", us / 1000)
+    } else {
+        // `between` reads milliseconds with a fraction.
+        format!("{}ms", us as f64 / 1000.0)
+    }
+}
+
+/// The conjuncts of `e` (`a AND b AND c`), parentheses looked through.
+fn split_and(e: &Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                Expr::BinaryOp {
+                    op: BinaryOperator::And,
+                    ..
+                }
+            ) =>
+        {
+            split_and(inner, out)
+        }
+        other => out.push(other.clone()),
+    }
+}
+
+fn and_all(conditions: Vec<Expr>) -> Option<Expr> {
+    conditions.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    })
+}
+
+/// `x.col` with `x` one of the sides' qualifiers.
+fn column_ref(e: &Expr, sides: &[Side; 2]) -> Option<ColumnRef> {
+    match e {
+        Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
+            let q = normalized(&parts[0]);
+            let side = sides.iter().position(|s| normalized(&s.qualifier) == q)?;
+            Some((side, normalized(&parts[1])))
+        }
+        Expr::Nested(inner) => column_ref(inner, sides),
+        _ => None,
+    }
+}
+
+/// `x.a = y.b`, both qualified columns.
+fn column_equality(e: &Expr, sides: &[Side; 2]) -> Option<(ColumnRef, ColumnRef)> {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } => Some((column_ref(left, sides)?, column_ref(right, sides)?)),
+        Expr::Nested(inner) => column_equality(inner, sides),
+        _ => None,
+    }
+}
+
+/// `x.t`, `x.t + INTERVAL …` or `x.t - INTERVAL …`: the column and the
+/// shift in microseconds.
+fn shifted(e: &Expr, sides: &[Side; 2]) -> Option<(ColumnRef, i64)> {
+    match e {
+        Expr::BinaryOp { left, op, right }
+            if matches!(op, BinaryOperator::Plus | BinaryOperator::Minus) =>
+        {
+            let (column, shift) = shifted(left, sides)?;
+            let Expr::Interval(interval) = right.as_ref() else {
+                return None;
+            };
+            let us = i64::try_from(values::interval_millis(interval).ok()?)
+                .ok()?
+                .checked_mul(1000)?;
+            let us = if *op == BinaryOperator::Plus { us } else { -us };
+            Some((column, shift.checked_add(us)?))
+        }
+        Expr::Nested(inner) => shifted(inner, sides),
+        other => column_ref(other, sides).map(|c| (c, 0)),
+    }
+}
+
+/// The bounds on `right time − left time` a comparison of a time column of
+/// each side sets: (left column, right column, lower, upper).
+type Found = (String, String, Option<i64>, Option<i64>);
+
+/// Collect what `e` says about the time between the sides, when it is a
+/// comparison (or BETWEEN) of a shifted column of each.
+fn time_bounds(e: &Expr, sides: &[Side; 2], out: &mut Vec<Found>) {
+    match e {
+        Expr::Nested(inner) => time_bounds(inner, sides, out),
+        Expr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } => {
+            let (Some(a), Some(b)) = (
+                comparison(expr, &BinaryOperator::GtEq, low, sides),
+                comparison(expr, &BinaryOperator::LtEq, high, sides),
+            ) else {
+                return;
+            };
+            out.push(a);
+            out.push(b);
+        }
+        Expr::BinaryOp { left, op, right } => {
+            if let Some(found) = comparison(left, op, right, sides) {
+                out.push(found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `a op b` with `a` and `b` shifted columns of different sides.
+fn comparison(a: &Expr, op: &BinaryOperator, b: &Expr, sides: &[Side; 2]) -> Option<Found> {
+    let ((sa, ca), shift_a) = shifted(a, sides)?;
+    let ((sb, cb), shift_b) = shifted(b, sides)?;
+    if sa == sb {
+        return None;
+    }
+    // a + shift_a  op  b + shift_b   ⇔   a − b  op  shift_b − shift_a.
+    let v = shift_b.checked_sub(shift_a)?;
+    // As d = right − left: if `a` is the right side, d op v; otherwise
+    // −d op v, that is d op' −v with op' flipped.
+    let (op, v, left, right) = if sa == 1 {
+        (op.clone(), v, cb, ca)
+    } else {
+        let flipped = match op {
+            BinaryOperator::Gt => BinaryOperator::Lt,
+            BinaryOperator::GtEq => BinaryOperator::LtEq,
+            BinaryOperator::Lt => BinaryOperator::Gt,
+            BinaryOperator::LtEq => BinaryOperator::GtEq,
+            other => other.clone(),
+        };
+        (flipped, v.checked_neg()?, ca, cb)
+    };
+    let (lower, upper) = match op {
+        BinaryOperator::GtEq => (Some(v), None),
+        BinaryOperator::Gt => (Some(v.checked_add(1)?), None),
+        BinaryOperator::LtEq => (None, Some(v)),
+        BinaryOperator::Lt => (None, Some(v.checked_sub(1)?)),
+        BinaryOperator::Eq => (Some(v), Some(v)),
+        _ => return None,
+    };
+    Some((left, right, lower, upper))
+}
+
+/// Which sides an expression reads.
+enum Reads {
+    /// Only this side's qualified columns.
+    One(usize),
+    /// Both, none (a constant), or a column without a qualifier (resolved
+    /// after the join).
+    Several,
+}
+
+fn references(e: &Expr, sides: &[Side; 2]) -> Reads {
+    let mut seen = [false; 2];
+    let mut unknown = false;
+    let _ = visit_expressions(e, |e| {
+        match e {
+            Expr::CompoundIdentifier(parts) => match column_ref(e, sides) {
+                Some((side, _)) if parts.len() == 2 => seen[side] = true,
+                _ => unknown = true,
+            },
+            Expr::Identifier(_) => unknown = true,
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => unknown = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    match (unknown, seen) {
+        (false, [true, false]) => Reads::One(0),
+        (false, [false, true]) => Reads::One(1),
+        _ => Reads::Several,
+    }
+}
