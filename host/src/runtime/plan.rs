@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::plugin::{
     Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, ScanRequest,
@@ -21,7 +21,7 @@ use crate::plugin::{
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
 use crate::runtime::operators::{
     JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, WindowPlan,
-    column_names,
+    column_names, window_bound_fields,
 };
 use crate::runtime::projection;
 use crate::sql::{JoinedSides, StatelessQuery};
@@ -196,11 +196,7 @@ fn joined_sides(
     };
     let mut left_schema = Arc::clone(schemas.get(left)?);
     if matches!(spec.window, JoinWindow::Tumbling(_)) {
-        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
-        let mut fields = vec![
-            Field::new("window_start", ts.clone(), false),
-            Field::new("window_end", ts, false),
-        ];
+        let mut fields = window_bound_fields().to_vec();
         fields.extend(left_schema.fields().iter().map(|f| f.as_ref().clone()));
         left_schema = Arc::new(Schema::new(fields));
     }

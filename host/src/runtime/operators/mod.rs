@@ -22,7 +22,7 @@ mod window;
 
 use arrow::datatypes::SchemaRef;
 
-pub use join::{IntervalJoin, JoinPlan, WindowJoin};
+pub use join::{IntervalJoin, JoinPlan, WindowJoin, window_bound_fields};
 pub use keyed_step::KeyedWasmStep;
 pub use lookup::{LookupJoin, LookupPlan, LookupTable};
 pub use session::{SessionAggregate, SessionPlan};

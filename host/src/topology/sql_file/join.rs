@@ -28,7 +28,7 @@ use datafusion::sql::sqlparser::ast::{
     Spanned, TableAlias, TableFactor, TableWithJoins, visit_expressions,
 };
 
-use super::query::{rename_items, strings, table_factor, window_function};
+use super::query::{rename_items, resolved_name, strings, table_factor, window_function};
 use super::{SqlProblem, Translator, values};
 
 /// One side of a join: the node it reads and its qualifier in the query.
@@ -112,7 +112,7 @@ impl Translator<'_> {
             self.join_side(&left, name, "left", at)?,
             self.join_side(&right, name, "right", at)?,
         ];
-        if normalized(&sides[0].qualifier) == normalized(&sides[1].qualifier) {
+        if resolved_name(&sides[0].qualifier) == resolved_name(&sides[1].qualifier) {
             return Err(problem(format!(
                 "both sides of the join are called `{}`: give one an alias (FROM {} AS a JOIN {} AS b ON …)",
                 sides[0].qualifier, sides[0].qualifier, sides[1].qualifier
@@ -211,15 +211,8 @@ impl Translator<'_> {
                 continue;
             };
             let filter_name = self.fresh_name(&format!("{name}_{}", side_label(i)));
-            let mut filter = select.clone();
-            filter.projection = vec![SelectItem::Wildcard(Default::default())];
-            filter.from = vec![TableWithJoins {
-                relation: table_factor(&side.node, Some(alias(&side.qualifier)), at)?,
-                joins: vec![],
-            }];
+            let mut filter = every_row(&select, &side.node, Some(alias(&side.qualifier)), at)?;
             filter.selection = Some(condition);
-            filter.group_by = GroupByExpr::Expressions(vec![], vec![]);
-            filter.having = None;
             self.add_sql_stage(&filter_name, &side.node, &filter, at)?;
             inputs.push(filter_name);
         }
@@ -227,15 +220,7 @@ impl Translator<'_> {
             // A self-join: the join stage reads two distinct inputs, so the
             // right side goes through a stage of its own.
             let copy = self.fresh_name(&format!("{name}_right"));
-            let mut all = select.clone();
-            all.projection = vec![SelectItem::Wildcard(Default::default())];
-            all.from = vec![TableWithJoins {
-                relation: table_factor(&inputs[1], None, at)?,
-                joins: vec![],
-            }];
-            all.selection = None;
-            all.group_by = GroupByExpr::Expressions(vec![], vec![]);
-            all.having = None;
+            let all = every_row(&select, &inputs[1], None, at)?;
             self.add_sql_stage(&copy, &inputs[1], &all, at)?;
             inputs[1] = copy;
         }
@@ -356,16 +341,6 @@ impl Translator<'_> {
     }
 }
 
-/// The name DataFusion resolves an identifier to: unquoted ones are
-/// lower-cased.
-fn normalized(id: &Ident) -> String {
-    if id.quote_style.is_some() {
-        id.value.clone()
-    } else {
-        id.value.to_lowercase()
-    }
-}
-
 fn alias(qualifier: &Ident) -> TableAlias {
     TableAlias {
         explicit: true,
@@ -373,6 +348,26 @@ fn alias(qualifier: &Ident) -> TableAlias {
         columns: vec![],
         at: None,
     }
+}
+
+/// `SELECT * FROM "node" [AS alias]`, built from `select` (its other
+/// clauses cleared), for a stage that passes a side on.
+fn every_row(
+    select: &Select,
+    node: &str,
+    alias: Option<TableAlias>,
+    at: Option<usize>,
+) -> Result<Select, SqlProblem> {
+    let mut every = select.clone();
+    every.projection = vec![SelectItem::Wildcard(Default::default())];
+    every.from = vec![TableWithJoins {
+        relation: table_factor(node, alias, at)?,
+        joins: vec![],
+    }];
+    every.selection = None;
+    every.group_by = GroupByExpr::Expressions(vec![], vec![]);
+    every.having = None;
+    Ok(every)
 }
 
 fn side_label(i: usize) -> &'static str {
@@ -427,9 +422,11 @@ fn and_all(conditions: Vec<Expr>) -> Option<Expr> {
 fn column_ref(e: &Expr, sides: &[Side; 2]) -> Option<ColumnRef> {
     match e {
         Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
-            let q = normalized(&parts[0]);
-            let side = sides.iter().position(|s| normalized(&s.qualifier) == q)?;
-            Some((side, normalized(&parts[1])))
+            let q = resolved_name(&parts[0]);
+            let side = sides
+                .iter()
+                .position(|s| resolved_name(&s.qualifier) == q)?;
+            Some((side, resolved_name(&parts[1])))
         }
         Expr::Nested(inner) => column_ref(inner, sides),
         _ => None,

@@ -831,6 +831,16 @@ fn window_bounds(expr: &mut Expr) {
     });
 }
 
+/// The name DataFusion resolves an identifier to: unquoted ones are
+/// lower-cased.
+pub(super) fn resolved_name(id: &Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
+}
+
 /// The names a select list passes the column `end` on under (`window_end`,
 /// `window_end AS endtime`, `*`), as a query over them resolves them.
 fn window_end_names(items: &[SelectItem], end: &str) -> std::collections::BTreeSet<String> {
@@ -845,13 +855,7 @@ fn window_end_names(items: &[SelectItem], end: &str) -> std::collections::BTreeS
         .iter()
         .filter_map(|i| match i {
             SelectItem::UnnamedExpr(e) if is_end(e) => Some(end.to_string()),
-            SelectItem::ExprWithAlias { expr, alias } if is_end(expr) => {
-                Some(if alias.quote_style.is_some() {
-                    alias.value.clone()
-                } else {
-                    alias.value.to_lowercase()
-                })
-            }
+            SelectItem::ExprWithAlias { expr, alias } if is_end(expr) => Some(resolved_name(alias)),
             SelectItem::Wildcard(_) => Some(end.to_string()),
             _ => None,
         })

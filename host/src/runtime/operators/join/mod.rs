@@ -25,6 +25,15 @@ use crate::state::KeyHasher;
 use crate::state::StateFormat;
 use crate::topology::{JoinSpec, JoinWindow};
 
+/// The columns a window join's rows start with: its window's bounds.
+pub fn window_bound_fields() -> [Field; 2] {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+    [
+        Field::new("window_start", ts.clone(), false),
+        Field::new("window_end", ts, false),
+    ]
+}
+
 /// A join stage checked against its two input schemas.
 #[derive(Debug, Clone)]
 pub struct JoinPlan {
@@ -94,9 +103,7 @@ impl JoinPlan {
         }
         let mut fields: Vec<Arc<Field>> = Vec::new();
         if matches!(spec.window, JoinWindow::Tumbling(_)) {
-            let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
-            fields.push(Arc::new(Field::new("window_start", ts.clone(), false)));
-            fields.push(Arc::new(Field::new("window_end", ts, false)));
+            fields.extend(window_bound_fields().map(Arc::new));
         }
         let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
         fields.extend(disambiguate(&left.1, &taken, left.0));
