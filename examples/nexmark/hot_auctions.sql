@@ -20,7 +20,7 @@ CREATE TABLE hot_auctions (
   auction BIGINT,
   bids BIGINT,
   top_price BIGINT,
-  mean_price DOUBLE,
+  mean_price BIGINT,
   window_end TIMESTAMP(3)
 ) WITH (
   'connector' = 'file-sink',

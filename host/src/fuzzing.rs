@@ -124,6 +124,7 @@ fn touch_topology(t: &Topology) {
         let _ = stage.kind.input_keys(stage.inputs.len());
         let _ = match &stage.kind {
             StageKind::Window(w) => w.describe(),
+            StageKind::Updating(u) => u.describe(),
             StageKind::Session(s) => s.describe(),
             StageKind::TopN(n) => n.describe(),
             StageKind::Join(j) => j.describe(),

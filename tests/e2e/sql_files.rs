@@ -466,26 +466,7 @@ fn an_unbounded_join_writes_every_pair_a_join_computed_here_finds() {
         "{}",
         run.stderr
     );
-    let streams = r#"
-[sources.bid]
-plugin = "generator"
-config = { stream = "bid", events = 20000 }
-[sources.auction]
-plugin = "generator"
-config = { stream = "auction", events = 20000 }
-[sinks.bids]
-input = "bid"
-plugin = "file-sink"
-allow_write = ["streams"]
-config = { path = "streams/bid", format = "jsonl" }
-[sinks.auctions]
-input = "auction"
-plugin = "file-sink"
-allow_write = ["streams"]
-config = { path = "streams/auction", format = "jsonl" }
-"#;
-    s.write("streams.toml", streams);
-    assert_exit(&s.fvhost(&["run", "streams.toml", "--no-progress"]), 0);
+    write_streams(&s, &["bid", "auction"], 20_000);
     let parse = |lines: Vec<String>| -> Vec<Value> {
         lines
             .iter()
@@ -527,4 +508,137 @@ config = { path = "streams/auction", format = "jsonl" }
         written.first(),
         expected.first()
     );
+}
+
+#[test]
+fn a_group_by_without_a_window_writes_a_changelog_whose_final_table_is_the_aggregate() {
+    // Nexmark q17 as the suite writes it (per auction and day, no window)
+    // on 20,000 bids: its output is a changelog (`op`: +I, -U, +U) which,
+    // applied in the order written, must leave exactly the figures
+    // computed in this test from the same bids — Flink's AVG included (the
+    // integer mean, truncated).
+    let s = Scratch::new();
+    copy_example(&s, "nexmark");
+    let sql = std::fs::read_to_string(s.path().join("q17.sql")).expect("example");
+    let sql = sql
+        .replace("'config.events' = 1000000", "'config.events' = 20000")
+        .replace("'config.path' = 'out/q17'", "'config.path' = 'out/q17_sql'");
+    assert!(sql.contains("'config.events' = 20000"), "{sql}");
+    s.write("q17_small.sql", &sql);
+    let explained = s.fvhost(&["explain", "q17_small.sql"]);
+    assert_exit(&explained, 0);
+    assert!(
+        explained.stdout.contains("updating = true"),
+        "{}",
+        explained.stdout
+    );
+    let run = s.fvhost(&["run", "q17_small.sql", "--no-progress"]);
+    assert_exit(&run, 0);
+    assert!(
+        run.stderr.contains("aggregates without a window"),
+        "{}",
+        run.stderr
+    );
+    write_streams(&s, &["bid"], 20_000);
+    // (auction, day) → (bids, per price range, min, max, sum).
+    let mut groups: std::collections::BTreeMap<(i64, String), [i64; 7]> = Default::default();
+    for line in s.output_lines("streams/bid") {
+        let b: Value = serde_json::from_str(&line).expect("a JSON line");
+        let price = b["price"].as_i64().expect("price");
+        let day = b["date_time"].as_str().expect("date_time")[..10].to_string();
+        let g = groups
+            .entry((b["auction"].as_i64().expect("auction"), day))
+            .or_insert([0, 0, 0, 0, i64::MAX, i64::MIN, 0]);
+        g[0] += 1;
+        g[1] += i64::from(price < 10_000);
+        g[2] += i64::from((10_000..1_000_000).contains(&price));
+        g[3] += i64::from(price >= 1_000_000);
+        g[4] = g[4].min(price);
+        g[5] = g[5].max(price);
+        g[6] += price;
+    }
+    let mut expected: Vec<String> = groups
+        .into_iter()
+        .map(|((auction, day), g)| {
+            serde_json::json!({
+                "auction": auction, "day": day, "total_bids": g[0], "rank1_bids": g[1],
+                "rank2_bids": g[2], "rank3_bids": g[3], "min_price": g[4], "max_price": g[5],
+                "avg_price": g[6] / g[0], "sum_price": g[6],
+            })
+            .to_string()
+        })
+        .collect();
+    expected.sort();
+    // Apply the changelog file by file (epoch order), line by line.
+    // `part-<sink>-<task>-<epoch>.jsonl`: by epoch, then task.
+    let mut files: Vec<std::path::PathBuf> = walk(&s.path().join("out/q17_sql"));
+    files.sort_by_key(|f| {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        (
+            name.rsplit('-').next().unwrap_or_default().to_string(),
+            name,
+        )
+    });
+    assert!(!files.is_empty(), "q17 wrote no file");
+    let mut table: std::collections::BTreeMap<String, i64> = Default::default();
+    let (mut inserts, mut updates) = (0, 0);
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("output");
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut row: serde_json::Map<String, Value> =
+                serde_json::from_str(line).expect("a JSON line");
+            let op = row.remove("op").expect("every row carries its op");
+            let n = table.entry(Value::Object(row).to_string()).or_default();
+            match op.as_str() {
+                Some("+I") => (*n, inserts) = (*n + 1, inserts + 1),
+                Some("+U") => (*n, updates) = (*n + 1, updates + 1),
+                Some("-U") => *n -= 1,
+                other => panic!("unexpected op {other:?}"),
+            }
+            assert!(*n >= 0, "{line} retracts a row never written");
+        }
+    }
+    let written: Vec<String> = table
+        .into_iter()
+        .flat_map(|(row, n)| std::iter::repeat_n(row, n as usize))
+        .collect();
+    assert!(updates > 0, "20,000 bids update some auction's figures");
+    assert_eq!(inserts, expected.len(), "one +I per auction and day");
+    assert_eq!(written.len(), expected.len());
+    assert!(
+        written == expected,
+        "{:?}\nvs\n{:?}",
+        written.first(),
+        expected.first()
+    );
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else if !entry.file_name().to_string_lossy().starts_with(['.', '_']) {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The generator's `streams` as a plain topology writes them, `events`
+/// each: `streams/<stream>/*.jsonl`.
+fn write_streams(s: &Scratch, streams: &[&str], events: u64) {
+    let mut toml = String::new();
+    for stream in streams {
+        toml.push_str(&format!(
+            "[sources.{stream}]\nplugin = \"generator\"\nconfig = {{ stream = \"{stream}\", events = {events} }}\n\
+             [sinks.{stream}_out]\ninput = \"{stream}\"\nplugin = \"file-sink\"\nallow_write = [\"streams\"]\n\
+             config = {{ path = \"streams/{stream}\", format = \"jsonl\" }}\n"
+        ));
+    }
+    s.write("streams.toml", &toml);
+    assert_exit(&s.fvhost(&["run", "streams.toml", "--no-progress"]), 0);
 }

@@ -757,7 +757,6 @@ WHERE rank_number <= 10"""],
     },
     {
         "id": "hot_auctions",
-        "note": "Flink's `AVG` of a `BIGINT` column is a `BIGINT` (the mean truncated toward zero); DataFusion's is a `DOUBLE`.",
         "title": "hopping-window counts with HAVING and avg (examples/nexmark/hot_auctions.sql)",
         "tables": ["bid"],
         "sink": ("hot_auctions", """

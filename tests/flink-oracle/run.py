@@ -355,12 +355,16 @@ def data_files(out: Path) -> list[Path]:
 
 
 def read_fvhost(out: Path, columns: list[str]) -> collections.Counter:
+    """fvhost's rows; a changelog (an `op` column the sink does not
+    declare: +I, -U, +U, -D) applied, so the result is its final table."""
     rows = collections.Counter()
     for f in data_files(out):
         for line in open(f):
             if line.strip():
-                rows[to_row(json.loads(line), columns)] += 1
-    return rows
+                rec = json.loads(line)
+                op = rec.pop("op", None) if "op" not in columns else None
+                rows[to_row(rec, columns)] += -1 if op in ("-U", "-D") else 1
+    return collections.Counter({k: n for k, n in rows.items() if n != 0})
 
 
 def read_flink(out: Path, columns: list[str]) -> tuple[collections.Counter, int]:

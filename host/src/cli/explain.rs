@@ -91,6 +91,7 @@ fn describe(plan: &Plan) -> String {
         let what = match node.map(|n| &n.kind) {
             Some(StageKind::Sql(sql)) => sql.clone(),
             Some(StageKind::Window(w)) => w.describe(),
+            Some(StageKind::Updating(u)) => u.describe(),
             Some(StageKind::Session(w)) => w.describe(),
             Some(StageKind::TopN(w)) => w.describe(),
             Some(StageKind::Join(w)) => w.describe(),

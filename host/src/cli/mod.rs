@@ -225,5 +225,17 @@ fn load_and_plan(
             stage.name
         );
     }
+    for stage in plan
+        .topology
+        .stages
+        .iter()
+        .filter(|s| matches!(&s.kind, fvhost::topology::StageKind::Updating(_)))
+    {
+        eprintln!(
+            "note: {}: stage `{}` aggregates without a window: it keeps one group per key for as long as the topology runs, and its output is a changelog (column `op`: +I, -U, +U); aggregate per window (TUMBLE, HOP, SESSION) if the keys do not end",
+            path.display(),
+            stage.name
+        );
+    }
     Ok(plan)
 }

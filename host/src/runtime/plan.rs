@@ -20,8 +20,8 @@ use crate::plugin::{
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
 use crate::runtime::operators::{
-    JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, WindowPlan,
-    column_names, window_bound_fields,
+    JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, UpdatingPlan,
+    WindowPlan, column_names, window_bound_fields,
 };
 use crate::runtime::projection;
 use crate::sql::{JoinedSides, StatelessQuery};
@@ -218,6 +218,7 @@ fn stateful_plan(
         StageKind::Window(spec) => StatefulPlan::Window(WindowPlan::new(spec, input)?),
         StageKind::Session(spec) => StatefulPlan::Session(SessionPlan::new(spec, input)?),
         StageKind::TopN(spec) => StatefulPlan::TopN(TopNPlan::new(spec, input)?),
+        StageKind::Updating(spec) => StatefulPlan::Updating(UpdatingPlan::new(spec, input)?),
         StageKind::Join(spec) => {
             let side = |i: usize| -> Result<(&str, SchemaRef), (String, String)> {
                 let name = inputs
@@ -658,6 +659,7 @@ impl Planner<'_> {
                 StageKind::Window(_)
                 | StageKind::Session(_)
                 | StageKind::TopN(_)
+                | StageKind::Updating(_)
                 | StageKind::Join(_) => self.stateful_tasks(&key, node, input, schemas),
                 StageKind::Lookup(spec) => self.lookup_tasks(&key, node, spec, input, tables),
                 StageKind::Step(_) | StageKind::KeyedStep(_) => self.step_tasks(&key, node, input),

@@ -116,6 +116,17 @@ pub fn scan_requests(
             (StageKind::Session(spec), Some(StageTask::Stateful(StatefulPlan::Session(_)))) => {
                 keyed_aggregation(&spec.time, &spec.key, &spec.aggregates)
             }
+            // Some column must be read for rows to arrive at all.
+            (StageKind::Updating(spec), Some(StageTask::Stateful(StatefulPlan::Updating(_))))
+                if !spec.key.is_empty() =>
+            {
+                Columns::of(
+                    spec.key
+                        .iter()
+                        .cloned()
+                        .chain(spec.aggregates.iter().filter_map(|a| a.column.clone())),
+                )
+            }
             _ => Columns::All,
         };
         for input in &node.inputs {

@@ -310,6 +310,11 @@ impl<C: ValueCodec> StateTable<C> {
         self.get_or_insert_with(NO_SCOPE, key, make)
     }
 
+    /// The value of `key` (state kept per key alone).
+    pub fn key(&self, key: &[u8]) -> Option<&C::Value> {
+        self.get(NO_SCOPE, key)
+    }
+
     /// The value of `key` (state kept per key alone), to change.
     pub fn key_mut(&mut self, key: &[u8]) -> Option<&mut C::Value> {
         self.get_mut(NO_SCOPE, key)

@@ -110,9 +110,15 @@ impl KeyHasher {
         self.converter.convert_columns(&cols)
     }
 
-    /// The converter, to turn stored key bytes back into columns.
-    pub fn converter(&self) -> &RowConverter {
-        &self.converter
+    /// The key columns of encoded keys, one row per key (none for a
+    /// global key).
+    pub fn key_columns<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Vec<ArrayRef>, ArrowError> {
+        let parser = self.converter.parser();
+        self.converter
+            .convert_rows(keys.into_iter().map(|k| parser.parse(k)))
     }
 
     /// The vnode of an encoded key.

@@ -166,11 +166,45 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
     }
     if errors.is_empty() {
         check_windows_have_watermarks(&t, &mut errors);
+        check_changelogs_feed_stateless_stages(&t, &mut errors);
     }
     if errors.is_empty() {
         Ok(t)
     } else {
         Err(Diagnostics(errors))
+    }
+}
+
+/// An updating stage's output is a changelog (rows that retract and
+/// replace earlier rows). A stateless stage maps each change on its own,
+/// which keeps it a changelog; a stateful one would fold a retraction in as
+/// a row (a window would count a `-U` twice over), so it is refused.
+/// Stages run in topological order here.
+fn check_changelogs_feed_stateless_stages(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
+    let mut changelogs: BTreeMap<&str, &str> = BTreeMap::new();
+    for stage in &t.stages {
+        let from = stage
+            .inputs
+            .iter()
+            .find_map(|i| changelogs.get(i.as_str()).map(|origin| (i, *origin)));
+        let Some((input, origin)) = from else {
+            if matches!(stage.kind, StageKind::Updating(_)) {
+                changelogs.insert(&stage.name, &stage.name);
+            }
+            continue;
+        };
+        match &stage.kind {
+            StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => {
+                changelogs.insert(&stage.name, origin);
+            }
+            other => errors.push(t.source_map.at_key(
+                &format!("stages.{}.input", stage.name),
+                format!(
+                    "`{input}` is a changelog (the `{origin}` stage aggregates without a window, so its rows update earlier ones: `op` = +I, -U, +U), and a {} stage takes rows that only add; read it with SQL or plugin stages and sinks, or aggregate per window instead",
+                    other.label()
+                ),
+            )),
+        }
     }
 }
 

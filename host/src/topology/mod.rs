@@ -166,6 +166,35 @@ impl WindowSpec {
     }
 }
 
+/// A keyed aggregation without a window (`updating = true` on a stage):
+/// each group's result changes with every row, so its output is a
+/// changelog — the rows of [`CHANGELOG_OP`] `+I` (a new group), `-U` (a
+/// group's previous result) and `+U` (its new one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdatingSpec {
+    /// Key columns (state is sharded by their hash); none for one group.
+    pub key: Vec<String>,
+    /// What is computed per key.
+    pub aggregates: Vec<Aggregate>,
+}
+
+impl UpdatingSpec {
+    /// A one-line description, for `explain`.
+    pub fn describe(&self) -> String {
+        format!(
+            "updating key=[{}] aggregates=[{}]",
+            self.key.join(", "),
+            describe_aggregates(&self.aggregates)
+        )
+    }
+}
+
+/// The column a changelog's rows carry their kind in, Flink's short
+/// strings: `+I` insert, `-U` update-before, `+U` update-after, `-D`
+/// delete. A reader applies them in order: `+I`/`+U` add the row, `-U`/`-D`
+/// remove one equal row.
+pub const CHANGELOG_OP: &str = "op";
+
 /// `count(*) as n, max(price) as top` — aggregates as a state format.
 pub(crate) fn describe_aggregates(aggregates: &[Aggregate]) -> String {
     let aggs: Vec<String> = aggregates
@@ -206,6 +235,9 @@ pub enum StageKind {
     KeyedStep(KeyedStepSpec),
     /// A keyed event-time window aggregation (stateful).
     Window(WindowSpec),
+    /// A keyed aggregation without a window whose output is a changelog
+    /// (`updating = true`; stateful).
+    Updating(UpdatingSpec),
     /// Session windows per key (stateful).
     Session(SessionSpec),
     /// The top rows per window and key, or one row per key (stateful).
@@ -224,6 +256,7 @@ impl StageKind {
             StageKind::Step(_) => "step",
             StageKind::KeyedStep(_) => "keyed_step",
             StageKind::Window(_) => "window",
+            StageKind::Updating(_) => "updating",
             StageKind::Session(_) => "session",
             StageKind::TopN(_) => "top_n",
             StageKind::Join(_) => "join",
@@ -236,6 +269,7 @@ impl StageKind {
     pub fn input_keys(&self, inputs: usize) -> Option<Vec<Vec<String>>> {
         match self {
             StageKind::Window(w) => Some(vec![w.key.clone(); inputs]),
+            StageKind::Updating(u) => Some(vec![u.key.clone(); inputs]),
             StageKind::Session(s) => Some(vec![s.key.clone(); inputs]),
             StageKind::TopN(t) => Some(vec![t.key.clone(); inputs]),
             StageKind::Join(j) => Some((0..inputs).map(|i| j.key(i.min(1))).collect()),

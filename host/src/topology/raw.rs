@@ -116,6 +116,7 @@ struct RawNode {
     lookup: Option<RawLookup>,
     key: Option<Vec<String>>,
     aggregates: Option<Vec<String>>,
+    updating: Option<bool>,
     late_rows: Option<String>,
     state_limit: Option<String>,
 }
@@ -158,6 +159,7 @@ impl RawNode {
             lookup: self.lookup.take(),
             key: self.key.take(),
             aggregates: self.aggregates.take(),
+            updating: self.updating.take(),
         }
     }
 }
@@ -736,6 +738,7 @@ fn refuse_stage_keys(
         ("lookup", node.lookup.is_some()),
         ("key", node.key.is_some()),
         ("aggregates", node.aggregates.is_some()),
+        ("updating", node.updating.is_some()),
         ("late_rows", node.late_rows.is_some()),
         ("state_limit", node.state_limit.is_some()),
     ];

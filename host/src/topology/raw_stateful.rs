@@ -1,5 +1,5 @@
 //! The TOML of stateful and lookup stages — `window`, `session`, `top_n`,
-//! `dedup`, `join`, `lookup`, with `key` and `aggregates` — and its
+//! `dedup`, `updating`, `join`, `lookup`, with `key` and `aggregates` — and its
 //! conversion into checked specs. Every mistake names its key. Columns are
 //! checked later, against the input schemas, in `runtime::plan`.
 
@@ -9,8 +9,9 @@ use serde::Deserialize;
 
 use super::raw::{Ctx, OneOrMany};
 use super::{
-    Aggregate, AggregateFn, Diagnostic, JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey,
-    StageKind, TopNSpec, WindowSpec, parse_duration, parse_duration_or_zero, parse_signed_duration,
+    Aggregate, AggregateFn, CHANGELOG_OP, Diagnostic, JoinSpec, JoinWindow, LookupSpec,
+    SessionSpec, SortKey, StageKind, TopNSpec, UpdatingSpec, WindowSpec, parse_duration,
+    parse_duration_or_zero, parse_signed_duration,
 };
 
 /// `window = { … }` on a stage.
@@ -73,6 +74,7 @@ pub(super) struct RawStateful {
     pub lookup: Option<RawLookup>,
     pub key: Option<Vec<String>>,
     pub aggregates: Option<Vec<String>>,
+    pub updating: Option<bool>,
 }
 
 impl RawStateful {
@@ -87,6 +89,7 @@ impl RawStateful {
             ("lookup", self.lookup.is_some()),
             ("key", self.key.is_some()),
             ("aggregates", self.aggregates.is_some()),
+            ("updating", self.updating.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, p)| p.then_some(k))
@@ -94,8 +97,7 @@ impl RawStateful {
     }
 }
 
-const KINDS: &str =
-    "`window` (with `aggregates`, `top_n` or `dedup`), `session`, `join` or `lookup`";
+const KINDS: &str = "`window` (with `aggregates`, `top_n` or `dedup`), `session`, `updating` (with `aggregates`), `join` or `lookup`";
 
 impl Ctx<'_> {
     /// The stage kind these keys define: `None` when there are none (the
@@ -115,7 +117,7 @@ impl Ctx<'_> {
         let main: Vec<&str> = present
             .iter()
             .copied()
-            .filter(|k| ["window", "session", "join", "lookup"].contains(k))
+            .filter(|k| ["window", "session", "updating", "join", "lookup"].contains(k))
             .collect();
         let at = |field: &str| format!("{key}.{field}");
         match main.as_slice() {
@@ -123,7 +125,7 @@ impl Ctx<'_> {
                 for field in &present {
                     errors.push(self.map.at_key(
                         &at(field),
-                        format!("`{field}` needs a stateful stage: add `window = {{ time = \"…\", size = \"…\" }}` or `session = {{ time = \"…\", gap = \"…\" }}`"),
+                        format!("`{field}` needs a stateful stage: add `window = {{ time = \"…\", size = \"…\" }}` or `session = {{ time = \"…\", gap = \"…\" }}` (or `updating = true` for aggregates without a window, whose output is a changelog)"),
                     ));
                 }
                 return Some(None);
@@ -150,6 +152,7 @@ impl Ctx<'_> {
         let allowed: &[&str] = match kind {
             "window" => &["window", "key", "aggregates", "top_n", "dedup"],
             "session" => &["session", "key", "aggregates"],
+            "updating" => &["updating", "key", "aggregates"],
             _ => &[kind],
         };
         let mut refused = false;
@@ -176,6 +179,7 @@ impl Ctx<'_> {
                 .session
                 .and_then(|s| self.session(key, s, raw.key, raw.aggregates, errors))
                 .map(StageKind::Session),
+            "updating" => self.updating(key, raw, errors).map(StageKind::Updating),
             "join" => raw.join.and_then(|j| self.join(key, j, errors)),
             _ => raw.lookup.and_then(|l| self.lookup(key, l, errors)),
         };
@@ -387,6 +391,49 @@ impl Ctx<'_> {
         })
     }
 
+    /// `updating = true` with `key` and `aggregates`: an aggregation
+    /// without a window.
+    fn updating(
+        &self,
+        key: &str,
+        raw: RawStateful,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<UpdatingSpec> {
+        if raw.updating != Some(true) {
+            errors.push(self.map.at_key(
+                &format!("{key}.updating"),
+                "`updating = false` means nothing: remove it, or make the stage a window (`window = { time = \"…\", size = \"…\" }`)",
+            ));
+            return None;
+        }
+        let keys = raw.key.unwrap_or_default();
+        let aggregates = self.aggregates(key, &keys, raw.aggregates, errors);
+        for (i, a) in aggregates.iter().enumerate() {
+            if matches!(a.function, AggregateFn::FirstValue | AggregateFn::LastValue) {
+                errors.push(self.map.at_key(
+                    &format!("{key}.aggregates.{i}"),
+                    format!("`{}` orders values by event time, which an updating aggregate does not read; use min or max, or a window", a.function.sql_name()),
+                ));
+            }
+            if a.alias == CHANGELOG_OP {
+                errors.push(self.map.at_key(
+                    &format!("{key}.aggregates.{i}"),
+                    format!("`{CHANGELOG_OP}` is the column an updating stage writes each change's kind in; name the aggregate otherwise with `AS`"),
+                ));
+            }
+        }
+        if keys.iter().any(|k| k == CHANGELOG_OP) {
+            errors.push(self.map.at_key(
+                &format!("{key}.key"),
+                format!("`{CHANGELOG_OP}` is the column an updating stage writes each change's kind in; rename the key column in a SQL stage before"),
+            ));
+        }
+        Some(UpdatingSpec {
+            key: keys,
+            aggregates,
+        })
+    }
+
     fn session(
         &self,
         key: &str,
@@ -420,7 +467,7 @@ impl Ctx<'_> {
         if aggregates.is_empty() {
             errors.push(self.map.at_key(
                 key,
-                "a window stage needs `aggregates = [\"count(*) AS n\", …]`",
+                "a window, session or updating stage needs `aggregates = [\"count(*) AS n\", …]`",
             ));
         }
         for (i, text) in aggregates.iter().enumerate() {

@@ -63,6 +63,9 @@ struct Bound {
     alias: String,
     /// For `count(DISTINCT …)`: its set's index in [`GroupAccs::sets`].
     set: Option<usize>,
+    /// For `min`/`max` of a column that is not numeric (text, dates…): the
+    /// index of its value in [`GroupAccs::extremes`], and the column's type.
+    extreme: Option<(usize, DataType)>,
 }
 
 impl Bound {
@@ -100,6 +103,51 @@ pub struct GroupAccs {
     accs: Vec<Acc>,
     /// One set of encoded values per distinct count.
     sets: Vec<HashSet<Box<[u8]>>>,
+    /// One value per non-numeric `min`/`max`, in Arrow's row format (whose
+    /// byte order is the values' order); `None` before any value.
+    extremes: Vec<Option<Box<[u8]>>>,
+}
+
+/// A group's result without its distinct sets: enough to emit it again.
+#[derive(Debug, Clone)]
+pub struct GroupResult {
+    accs: Vec<Acc>,
+    distinct: Vec<usize>,
+    extremes: Vec<Option<Box<[u8]>>>,
+}
+
+/// What [`Aggregates::finish`] reads of a group.
+pub trait Finished {
+    /// The accumulator of aggregate `i`.
+    fn acc(&self, i: usize) -> Acc;
+    /// The number of distinct values in set `set`.
+    fn distinct(&self, set: usize) -> usize;
+    /// Non-numeric `min`/`max` number `e`, row-encoded.
+    fn extreme(&self, e: usize) -> Option<&[u8]>;
+}
+
+impl Finished for GroupAccs {
+    fn acc(&self, i: usize) -> Acc {
+        self.accs[i]
+    }
+    fn distinct(&self, set: usize) -> usize {
+        self.sets[set].len()
+    }
+    fn extreme(&self, e: usize) -> Option<&[u8]> {
+        self.extremes[e].as_deref()
+    }
+}
+
+impl Finished for GroupResult {
+    fn acc(&self, i: usize) -> Acc {
+        self.accs[i]
+    }
+    fn distinct(&self, set: usize) -> usize {
+        self.distinct[set]
+    }
+    fn extreme(&self, e: usize) -> Option<&[u8]> {
+        self.extremes[e].as_deref()
+    }
 }
 
 /// An aggregate's input of one batch, ready to fold.
@@ -115,6 +163,9 @@ pub enum Values {
     /// `count(DISTINCT col)`: each row's value as bytes, and the column
     /// (for its nulls).
     Encoded(Rows, ArrayRef),
+    /// `min`/`max` of a non-numeric column: each row's value as bytes that
+    /// sort as the values do, and the column (for its nulls).
+    Ordered(Rows, ArrayRef),
 }
 
 /// The aggregates of one stage.
@@ -122,6 +173,7 @@ pub enum Values {
 pub struct Aggregates {
     list: Vec<Bound>,
     sets: usize,
+    extremes: usize,
 }
 
 impl Aggregates {
@@ -129,6 +181,7 @@ impl Aggregates {
     pub fn bind(aggregates: &[Aggregate], schema: &Schema) -> Result<Self, SettingError> {
         let mut list = Vec::new();
         let mut sets = 0;
+        let mut extremes = 0;
         for (n, a) in aggregates.iter().enumerate() {
             let at = || format!("aggregates.{n}");
             let name = a.function.sql_name();
@@ -147,13 +200,15 @@ impl Aggregates {
                     let t = schema.field(i).data_type();
                     let numeric = Numeric::of(t);
                     let any_type =
-                        matches!(a.function, AggregateFn::Count | AggregateFn::CountDistinct);
+                        matches!(a.function, AggregateFn::Count | AggregateFn::CountDistinct)
+                            || (numeric.is_none()
+                                && matches!(a.function, AggregateFn::Min | AggregateFn::Max));
                     if numeric.is_none() && !any_type {
                         return Err((at(), format!("`{c}` is {t}; {name} needs a numeric column")));
                     }
-                    if a.function == AggregateFn::CountDistinct {
+                    if a.function == AggregateFn::CountDistinct || numeric.is_none() {
                         RowConverter::new(vec![SortField::new(t.clone())])
-                            .map_err(|e| (at(), format!("cannot count distinct {t}: {e}")))?;
+                            .map_err(|e| (at(), format!("cannot compute {name} of {t}: {e}")))?;
                     }
                     Some((i, numeric))
                 }
@@ -162,14 +217,26 @@ impl Aggregates {
                 sets += 1;
                 sets - 1
             });
+            let extreme = match (a.function, input) {
+                (AggregateFn::Min | AggregateFn::Max, Some((i, None))) => {
+                    extremes += 1;
+                    Some((extremes - 1, schema.field(i).data_type().clone()))
+                }
+                _ => None,
+            };
             list.push(Bound {
                 function: a.function,
                 input,
                 alias: a.alias.clone(),
                 set,
+                extreme,
             });
         }
-        Ok(Aggregates { list, sets })
+        Ok(Aggregates {
+            list,
+            sets,
+            extremes,
+        })
     }
 
     /// The output fields, one per aggregate.
@@ -182,6 +249,9 @@ impl Aggregates {
                         return Field::new(&b.alias, DataType::Int64, false);
                     }
                     AggregateFn::Avg => DataType::Float64,
+                    _ if b.extreme.is_some() => {
+                        b.extreme.as_ref().map_or(DataType::Null, |e| e.1.clone())
+                    }
                     _ if b.int() => DataType::Int64,
                     _ => DataType::Float64,
                 };
@@ -195,6 +265,7 @@ impl Aggregates {
         GroupAccs {
             accs: vec![Acc::default(); self.list.len()],
             sets: vec![HashSet::new(); self.sets],
+            extremes: vec![None; self.extremes],
         }
     }
 
@@ -206,6 +277,12 @@ impl Aggregates {
             .map(|b| {
                 Ok(match (b.function, b.input) {
                     (_, None) => Values::Rows,
+                    (AggregateFn::Min | AggregateFn::Max, Some((i, None))) => {
+                        let c = &columns[i];
+                        let converter =
+                            RowConverter::new(vec![SortField::new(c.data_type().clone())])?;
+                        Values::Ordered(converter.convert_columns(&[Arc::clone(c)])?, Arc::clone(c))
+                    }
                     (AggregateFn::CountDistinct, Some((i, _))) => {
                         let c = &columns[i];
                         let converter =
@@ -238,6 +315,12 @@ impl Aggregates {
                         if !group.sets[set].contains(value.data()) {
                             group.sets[set].insert(value.data().into());
                         }
+                    }
+                }
+                Values::Ordered(rows, column) => {
+                    if let Some((e, _)) = b.extreme.as_ref().filter(|_| column.is_valid(row)) {
+                        acc.count += 1;
+                        keep_extreme(b.function, &mut group.extremes[*e], rows.row(row).data());
                     }
                 }
                 Values::Int(a) => {
@@ -290,15 +373,22 @@ impl Aggregates {
                 }
             }
         }
+        for b in &self.list {
+            if let Some((e, _)) = &b.extreme
+                && let Some(value) = &from.extremes[*e]
+            {
+                keep_extreme(b.function, &mut into.extremes[*e], value);
+            }
+        }
     }
 
     /// The output columns of `groups`, one per aggregate.
-    pub fn finish(&self, groups: &[&GroupAccs]) -> Vec<ArrayRef> {
+    pub fn finish<G: Finished>(&self, groups: &[&G]) -> Vec<ArrayRef> {
         self.list
             .iter()
             .enumerate()
             .map(|(i, b)| -> ArrayRef {
-                let accs = groups.iter().map(|g| g.accs[i]);
+                let accs = groups.iter().map(|g| g.acc(i));
                 match b.function {
                     AggregateFn::Count => {
                         Arc::new(Int64Array::from_iter_values(accs.map(|a| a.count)))
@@ -306,12 +396,19 @@ impl Aggregates {
                     AggregateFn::CountDistinct => {
                         let set = b.set.unwrap_or(0);
                         Arc::new(Int64Array::from_iter_values(
-                            groups.iter().map(|g| g.sets[set].len() as i64),
+                            groups.iter().map(|g| g.distinct(set) as i64),
                         ))
                     }
                     AggregateFn::Avg => Arc::new(Float64Array::from_iter(
                         accs.map(|a| (a.count > 0).then(|| a.float / a.count as f64)),
                     )),
+                    _ if b.extreme.is_some() => {
+                        let (e, t) = b
+                            .extreme
+                            .as_ref()
+                            .map_or((0, DataType::Null), |(e, t)| (*e, t.clone()));
+                        decode_extremes(&t, groups.iter().map(|g| g.extreme(e)))
+                    }
                     _ if b.int() => Arc::new(Int64Array::from_iter(
                         accs.map(|a| (a.count > 0).then_some(a.int)),
                     )),
@@ -321,6 +418,17 @@ impl Aggregates {
                 }
             })
             .collect()
+    }
+
+    /// What `group` would emit now, kept apart from it (an updating
+    /// aggregate's previous result): its accumulators and the size of each
+    /// distinct set, not the sets.
+    pub fn result_of(&self, group: &GroupAccs) -> GroupResult {
+        GroupResult {
+            accs: group.accs.clone(),
+            distinct: group.sets.iter().map(HashSet::len).collect(),
+            extremes: group.extremes.clone(),
+        }
     }
 
     /// The snapshot fields of one group.
@@ -335,6 +443,9 @@ impl Aggregates {
             }
             if b.set.is_some() {
                 fields.push(Field::new(format!("a{i}_set"), DataType::Binary, false));
+            }
+            if b.extreme.is_some() {
+                fields.push(Field::new(format!("a{i}_value"), DataType::Binary, true));
             }
         }
         fields
@@ -364,6 +475,11 @@ impl Aggregates {
                     groups.iter().map(|g| encode_set(&g.sets[set])).collect();
                 columns.push(Arc::new(BinaryArray::from_iter_values(encoded)));
             }
+            if let Some((e, _)) = &b.extreme {
+                columns.push(Arc::new(BinaryArray::from_iter(
+                    groups.iter().map(|g| g.extremes[*e].as_deref()),
+                )));
+            }
         }
         columns
     }
@@ -391,11 +507,20 @@ impl Aggregates {
                     )?),
                     None => None,
                 },
+                extreme: match b.extreme {
+                    Some(_) => Some(named::<BinaryArray>(
+                        batch,
+                        &format!("a{i}_value"),
+                        DataType::Binary,
+                    )?),
+                    None => None,
+                },
             });
         }
         Ok(GroupReader {
             readers,
             sets: self.sets,
+            extremes: self.extremes,
         })
     }
 }
@@ -483,12 +608,14 @@ struct AccColumns<'b> {
     float: &'b Float64Array,
     time: Option<&'b Int64Array>,
     set: Option<&'b BinaryArray>,
+    extreme: Option<&'b BinaryArray>,
 }
 
 /// Reads [`GroupAccs`] back from a snapshot.
 pub struct GroupReader<'b> {
     readers: Vec<AccColumns<'b>>,
     sets: usize,
+    extremes: usize,
 }
 
 impl GroupReader<'_> {
@@ -497,6 +624,7 @@ impl GroupReader<'_> {
         let mut group = GroupAccs {
             accs: Vec::with_capacity(self.readers.len()),
             sets: Vec::with_capacity(self.sets),
+            extremes: Vec::with_capacity(self.extremes),
         };
         for r in &self.readers {
             group.accs.push(Acc {
@@ -508,8 +636,42 @@ impl GroupReader<'_> {
             if let Some(set) = r.set {
                 group.sets.push(decode_set(set.value(row))?);
             }
+            if let Some(values) = r.extreme {
+                group
+                    .extremes
+                    .push(values.is_valid(row).then(|| values.value(row).into()));
+            }
         }
         Ok(group)
+    }
+}
+
+/// Keep `value` in `slot` if it is the new minimum (`min`) or maximum.
+fn keep_extreme(function: AggregateFn, slot: &mut Option<Box<[u8]>>, value: &[u8]) {
+    let better = match slot.as_deref() {
+        None => true,
+        Some(held) if function == AggregateFn::Min => value < held,
+        Some(held) => value > held,
+    };
+    if better {
+        *slot = Some(value.into());
+    }
+}
+
+/// The column of row-encoded values of type `t` (null where absent).
+fn decode_extremes<'a>(t: &DataType, values: impl Iterator<Item = Option<&'a [u8]>>) -> ArrayRef {
+    let decoded = RowConverter::new(vec![SortField::new(t.clone())]).and_then(|converter| {
+        let null = converter.convert_columns(&[arrow::array::new_null_array(t, 1)])?;
+        let parser = converter.parser();
+        let rows: Vec<_> = values
+            .map(|v| parser.parse(v.unwrap_or_else(|| null.row(0).data())))
+            .collect();
+        converter.convert_rows(rows)
+    });
+    match decoded {
+        Ok(mut columns) if columns.len() == 1 => columns.remove(0),
+        // Checked at bind: the type has a row encoding.
+        _ => arrow::array::new_null_array(t, 0),
     }
 }
 

@@ -17,6 +17,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 mod top_n;
+mod updating;
 mod wasm_step;
 mod window;
 
@@ -29,6 +30,7 @@ pub use session::{SessionAggregate, SessionPlan};
 pub use sink_writer::{SinkWriter, commit_durable};
 pub use sql_stage::SqlStage;
 pub use top_n::{TopN, TopNPlan};
+pub use updating::{UpdatingAggregate, UpdatingPlan};
 pub use wasm_step::WasmStep;
 pub use window::{WindowAggregate, WindowPlan, column_names, set_slicing};
 
@@ -47,6 +49,8 @@ pub enum StatefulPlan {
     Session(SessionPlan),
     /// Top-N / dedup per window and key.
     TopN(TopNPlan),
+    /// Aggregates per key without a window, as a changelog.
+    Updating(UpdatingPlan),
     /// A window or interval join.
     Join(JoinPlan),
 }
@@ -58,6 +62,7 @@ impl StatefulPlan {
             StatefulPlan::Window(p) => p.format(),
             StatefulPlan::Session(p) => p.format(),
             StatefulPlan::TopN(p) => p.format(),
+            StatefulPlan::Updating(p) => p.format(),
             StatefulPlan::Join(p) => p.format(),
         }
     }
@@ -68,6 +73,7 @@ impl StatefulPlan {
             StatefulPlan::Window(p) => p.output_schema(),
             StatefulPlan::Session(p) => p.output_schema(),
             StatefulPlan::TopN(p) => p.output_schema(),
+            StatefulPlan::Updating(p) => p.output_schema(),
             StatefulPlan::Join(p) => p.output_schema(),
         }
     }
@@ -78,6 +84,7 @@ impl StatefulPlan {
             StatefulPlan::Window(p) => Box::new(WindowAggregate::new(p, ctx)?),
             StatefulPlan::Session(p) => Box::new(SessionAggregate::new(p, ctx)?),
             StatefulPlan::TopN(p) => Box::new(TopN::new(p, ctx)?),
+            StatefulPlan::Updating(p) => Box::new(UpdatingAggregate::new(p, ctx)?),
             StatefulPlan::Join(p) => match p.window() {
                 JoinWindow::Tumbling(_) => Box::new(WindowJoin::new(p, ctx)?),
                 JoinWindow::Interval { .. } | JoinWindow::Unbounded => {

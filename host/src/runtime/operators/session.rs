@@ -238,11 +238,9 @@ impl SessionAggregate {
     }
 
     fn output(&self, sessions: &[(Box<[u8]>, Session)]) -> Result<RecordBatch, TaskError> {
-        let parser = self.hasher.converter().parser();
         let keys = self
             .hasher
-            .converter()
-            .convert_rows(sessions.iter().map(|(k, _)| parser.parse(k)))
+            .key_columns(sessions.iter().map(|(k, _)| k.as_ref()))
             .map_err(self.ctx.arrow("decoding keys"))?;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampMicrosecondArray::from_iter_values(

@@ -58,6 +58,10 @@ pub(super) enum WindowShape {
     /// microsecond over it, which fires as soon as the watermark passes
     /// the end, with the end kept as a key.
     PerWindowEnd { time: String },
+    /// No window: a GROUP BY over a stream, whose results update (an
+    /// `updating = true` stage). `computed` are the GROUP BY expressions
+    /// that are not columns, each computed before the stage under a name.
+    Updating { computed: Vec<(Expr, String)> },
 }
 
 /// A window table function call: which, over what, how long.
@@ -254,10 +258,9 @@ impl Translator<'_> {
             return self.plan_window(select, input, shape, keys, alias, name, rename, at);
         }
         if is_grouped(&select) || select.having.is_some() {
-            return Err(SqlProblem {
-                offset: at,
-                message: "GROUP BY over a stream needs a window: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time_col), INTERVAL '10' SECOND)) … GROUP BY window_start, window_end, …".into(),
-            });
+            let (select, keys, computed) = updating_grouping(select, at)?;
+            let shape = WindowShape::Updating { computed };
+            return self.plan_window(select, input, shape, keys, alias, name, rename, at);
         }
         let everything = matches!(select.projection.as_slice(), [SelectItem::Wildcard(_)]);
         if everything && select.selection.is_none() && rename.is_none() {
@@ -445,10 +448,18 @@ impl Translator<'_> {
         if let Some(h) = &mut having {
             window_bounds(h);
         }
-        let mut aggregates: Vec<(String, String, Option<usize>)> = Vec::new();
+        // (the aggregate as written, as the stage computes it, alias,
+        // offset).
+        let mut aggregates: Vec<(String, String, String, Option<usize>)> = Vec::new();
         // The columns the aggregates read (a filter before the window
         // passes on only these, the time and the keys).
         let mut arguments: Vec<String> = Vec::new();
+        // Expressions computed before the window under a name: GROUP BY
+        // expressions, aggregate arguments that are not columns, FILTERs.
+        let mut computed: Vec<(Expr, String)> = match &shape {
+            WindowShape::Updating { computed } => computed.clone(),
+            _ => Vec::new(),
+        };
         let mut direct_aliases = Vec::new();
         for item in &projection {
             if let SelectItem::ExprWithAlias {
@@ -461,38 +472,41 @@ impl Translator<'_> {
             }
         }
         let positions = self.positions;
+        // The alias the stage computes aggregate `f` under (once per
+        // aggregate however often it is written).
+        let mut intern = |f: &Function| -> String {
+            let text = f.to_string();
+            if let Some((_, _, alias, _)) = aggregates.iter().find(|(t, _, _, _)| *t == text) {
+                return alias.clone();
+            }
+            let alias = direct_aliases
+                .iter()
+                .find(|(t, a)| *t == text && !aggregates.iter().any(|(_, _, b, _)| b == a))
+                .map(|(_, a)| a.clone())
+                .unwrap_or_else(|| format!("agg_{}", aggregates.len()));
+            let stage = stage_aggregate(f, &mut arguments, &mut computed);
+            aggregates.push((text, stage, alias.clone(), positions.offset(f.span().start)));
+            alias
+        };
         let mut collect = |expr: &mut Expr| {
             let _ = visit_expressions_mut(expr, |e| {
                 if let Expr::Function(f) = e
                     && is_aggregate(f)
                 {
                     let f = &unqualified(f);
-                    let text = f.to_string();
-                    let alias = match aggregates.iter().find(|(t, _, _)| *t == text) {
-                        Some((_, alias, _)) => alias.clone(),
-                        None => {
-                            let alias = direct_aliases
-                                .iter()
-                                .find(|(t, a)| {
-                                    *t == text && !aggregates.iter().any(|(_, b, _)| b == a)
-                                })
-                                .map(|(_, a)| a.clone())
-                                .unwrap_or_else(|| format!("agg_{}", aggregates.len()));
-                            if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] =
-                                function_args(f).as_slice()
-                                && let Some(column) = column_of(arg)
-                            {
-                                arguments.push(column);
-                            }
-                            aggregates.push((
-                                text,
-                                alias.clone(),
-                                positions.offset(f.span().start),
-                            ));
-                            alias
+                    *e = match flink_average(f) {
+                        // Flink's AVG keeps its argument's type (an
+                        // integer mean is truncated): SUM / COUNT, which
+                        // DataFusion divides as integers or as floats.
+                        Some((sum, count)) => {
+                            let (sum, count) = (intern(&sum), intern(&count));
+                            Parser::new(&GenericDialect {})
+                                .try_with_sql(&format!("\"{sum}\" / NULLIF(\"{count}\", 0)"))
+                                .and_then(|mut p| p.parse_expr())
+                                .unwrap_or_else(|_| Expr::Identifier(Ident::with_quote('"', sum)))
                         }
+                        None => Expr::Identifier(Ident::with_quote('"', intern(f))),
                     };
-                    *e = Expr::Identifier(Ident::with_quote('"', alias));
                 }
                 ControlFlow::<()>::Continue(())
             });
@@ -501,9 +515,10 @@ impl Translator<'_> {
             match item {
                 SelectItem::UnnamedExpr(e) => {
                     let original = e.to_string();
+                    let aggregate = matches!(e, Expr::Function(f) if is_aggregate(f));
                     collect(e);
                     // Keep the column name the aggregate would have had.
-                    if e.to_string() != original && matches!(e, Expr::Identifier(_)) {
+                    if e.to_string() != original && aggregate {
                         *item = SelectItem::ExprWithAlias {
                             expr: e.clone(),
                             alias: Ident::with_quote('"', original),
@@ -522,22 +537,29 @@ impl Translator<'_> {
             // A GROUP BY without aggregates keeps each group once per
             // window (Nexmark q8): the window stage counts, and the stage
             // after it drops the count.
-            aggregates.push(("count(*)".to_string(), "fv_group_rows".to_string(), at));
+            aggregates.push((
+                "count(*)".to_string(),
+                "count(*)".to_string(),
+                "fv_group_rows".to_string(),
+                at,
+            ));
         }
-        // Filter first, then window.
+        let updating = matches!(shape, WindowShape::Updating { .. });
+        // Filter and compute first, then window.
         let mut input = input;
-        if let Some(condition) = &select.selection {
+        if select.selection.is_some() || !computed.is_empty() {
             let filter_name = self.fresh_name(&format!("{name}_where"));
             let mut filter = select.clone();
             // Only what the window reads, so sources are asked for no more.
             let time = match &shape {
                 WindowShape::Sliding { time, .. }
                 | WindowShape::Session { time, .. }
-                | WindowShape::PerWindowEnd { time } => time,
+                | WindowShape::PerWindowEnd { time } => Some(time),
+                WindowShape::Updating { .. } => None,
             };
             let mut columns: Vec<&String> = Vec::new();
-            for c in std::iter::once(time).chain(&keys).chain(&arguments) {
-                if !columns.contains(&c) {
+            for c in time.into_iter().chain(&keys).chain(&arguments) {
+                if !columns.contains(&c) && !computed.iter().any(|(_, n)| n == c) {
                     columns.push(c);
                 }
             }
@@ -546,10 +568,17 @@ impl Translator<'_> {
                 .map(|c| {
                     SelectItem::UnnamedExpr(Expr::Identifier(Ident::with_quote('"', c.clone())))
                 })
+                .chain(
+                    computed
+                        .iter()
+                        .map(|(expr, name)| SelectItem::ExprWithAlias {
+                            expr: expr.clone(),
+                            alias: Ident::with_quote('"', name.clone()),
+                        }),
+                )
                 .collect();
             filter.from[0].relation = table_factor(&input, alias.clone(), at)?;
             filter.from[0].joins.clear();
-            filter.selection = Some(condition.clone());
             filter.group_by = GroupByExpr::Expressions(vec![], vec![]);
             filter.having = None;
             self.add_sql_stage(&filter_name, &input, &filter, at)?;
@@ -559,9 +588,10 @@ impl Translator<'_> {
             .iter()
             .map(|c| c.to_string())
             .chain(keys.iter().cloned())
-            .chain(aggregates.iter().map(|(_, a, _)| a.clone()))
+            .chain(aggregates.iter().map(|(_, _, a, _)| a.clone()))
             .collect();
-        let exact = rename.is_none()
+        let exact = !updating
+            && rename.is_none()
             && having.is_none()
             && projection.len() == output.len()
             && projection
@@ -606,22 +636,27 @@ impl Translator<'_> {
                 end = time;
                 ("window", None)
             }
+            WindowShape::Updating { .. } => ("updating", None),
         };
         let texts = aggregates
             .iter()
-            .map(|(text, alias, _)| toml::Value::String(format!("{text} AS \"{alias}\"")))
+            .map(|(_, text, alias, _)| toml::Value::String(format!("{text} AS \"{alias}\"")))
             .collect();
+        let kind = match updating {
+            true => toml::Value::Boolean(true),
+            false => toml::Value::Table(window),
+        };
         self.add_stage(
             &window_name,
             &input,
             vec![
-                (field, toml::Value::Table(window)),
+                (field, kind),
                 ("key", strings(keys)),
                 ("aggregates", toml::Value::Array(texts)),
             ],
             at,
         )?;
-        for (i, (_, _, offset)) in aggregates.iter().enumerate() {
+        for (i, (_, _, _, offset)) in aggregates.iter().enumerate() {
             self.doc.mark(
                 format!("stages.{window_name}.aggregates.{i}"),
                 offset.or(at),
@@ -630,8 +665,10 @@ impl Translator<'_> {
         if let Some(slide) = slide {
             self.windowed.insert(window_name.clone(), slide);
         }
-        self.window_ends
-            .insert(window_name.clone(), [end.clone()].into());
+        if !updating {
+            self.window_ends
+                .insert(window_name.clone(), [end.clone()].into());
+        }
         if exact {
             return Ok(window_name);
         }
@@ -644,6 +681,11 @@ impl Translator<'_> {
         after.having = None;
         if let Some(columns) = rename {
             rename_items(&mut after.projection, columns, at)?;
+        }
+        if updating {
+            keep_changelog_op(&mut after.projection, at)?;
+            self.add_sql_stage(name, &window_name, &after, at)?;
+            return Ok(name.to_string());
         }
         self.add_sql_stage(name, &window_name, &after, at)?;
         let ends = window_end_names(&after.projection, &end);
@@ -699,6 +741,163 @@ fn unqualified(f: &Function) -> Function {
         ControlFlow::<()>::Continue(())
     });
     f
+}
+
+/// `avg(x)` (with its FILTER, if any) as `sum(x)` and `count(x)`; `None`
+/// for any other aggregate.
+fn flink_average(f: &Function) -> Option<(Function, Function)> {
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("avg") || list.duplicate_treatment.is_some() {
+        return None;
+    }
+    let named = |name: &str| {
+        let mut g = f.clone();
+        g.name = datafusion::sql::sqlparser::ast::ObjectName::from(vec![Ident::new(name)]);
+        g
+    };
+    Some((named("sum"), named("count")))
+}
+
+/// How the window or updating stage computes aggregate `f` over its one
+/// input: a column argument as it is (added to `arguments`); an argument
+/// that is an expression, or a `FILTER (WHERE c)`, as a column computed
+/// before the stage (`CASE WHEN c THEN arg END`, which the aggregate skips
+/// when null, as SQL's FILTER does), added to `computed`.
+fn stage_aggregate(
+    f: &Function,
+    arguments: &mut Vec<String>,
+    computed: &mut Vec<(Expr, String)>,
+) -> String {
+    let mut f = f.clone();
+    let filter = f.filter.take();
+    let argument = match function_args(&f).as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] => Some(arg.clone()),
+        _ => None,
+    };
+    let column = argument.as_ref().and_then(column_of);
+    let input = match (filter, argument) {
+        (None, Some(_)) if column.is_some() => {
+            arguments.extend(column);
+            return f.to_string();
+        }
+        (None, None) => return f.to_string(),
+        (None, Some(arg)) => arg,
+        (Some(condition), argument) => Expr::Case {
+            case_token:
+                datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+            end_token:
+                datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+            operand: None,
+            conditions: vec![datafusion::sql::sqlparser::ast::CaseWhen {
+                condition: *condition,
+                result: argument.unwrap_or(Expr::value(
+                    datafusion::sql::sqlparser::ast::Value::Number("1".into(), false),
+                )),
+            }],
+            else_result: None,
+        },
+    };
+    let text = input.to_string();
+    let name = match computed.iter().find(|(e, _)| e.to_string() == text) {
+        Some((_, name)) => name.clone(),
+        None => {
+            let name = format!("fv_arg_{}", computed.len());
+            computed.push((input, name.clone()));
+            name
+        }
+    };
+    if let FunctionArguments::List(list) = &mut f.args {
+        list.args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+            Expr::Identifier(Ident::with_quote('"', name)),
+        ))];
+    }
+    f.to_string()
+}
+
+/// A GROUP BY without a window (an updating aggregate): its keys, with
+/// each expression that is not a column computed before the stage as
+/// `fv_key_<n>` and read under that name by the select list and HAVING.
+#[allow(clippy::type_complexity)]
+fn updating_grouping(
+    mut select: Select,
+    at: Option<usize>,
+) -> Result<(Select, Vec<String>, Vec<(Expr, String)>), SqlProblem> {
+    let exprs = match &select.group_by {
+        GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => exprs.clone(),
+        other => {
+            return Err(SqlProblem {
+                offset: at,
+                message: format!("`{other}`: GROUP BY takes columns and expressions"),
+            });
+        }
+    };
+    let mut keys = Vec::new();
+    let mut computed: Vec<(Expr, String)> = Vec::new();
+    for e in &exprs {
+        if let Some(column) = column_of(e) {
+            keys.push(column);
+            continue;
+        }
+        let name = format!("fv_key_{}", computed.len());
+        keys.push(name.clone());
+        computed.push((e.clone(), name));
+    }
+    let replace = |expr: &mut Expr| {
+        let _ = visit_expressions_mut(expr, |e| {
+            let text = e.to_string();
+            if let Some((_, name)) = computed.iter().find(|(g, _)| g.to_string() == text) {
+                *e = Expr::Identifier(Ident::with_quote('"', name.clone()));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    };
+    for item in &mut select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                let original = e.to_string();
+                replace(e);
+                if e.to_string() != original {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e.clone(),
+                        alias: Ident::with_quote('"', original),
+                    };
+                }
+            }
+            SelectItem::ExprWithAlias { expr, .. } | SelectItem::ExprWithAliases { expr, .. } => {
+                replace(expr)
+            }
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {}
+        }
+    }
+    if let Some(h) = &mut select.having {
+        replace(h);
+    }
+    Ok((select, keys, computed))
+}
+
+/// The select list over an updating stage passes on its `op` column (each
+/// row is a change; without its kind the rows mean nothing).
+fn keep_changelog_op(items: &mut Vec<SelectItem>, at: Option<usize>) -> Result<(), SqlProblem> {
+    let op = crate::topology::CHANGELOG_OP;
+    let named_op = items.iter().any(|i| match i {
+        SelectItem::ExprWithAlias { alias, .. } => resolved_name(alias) == op,
+        SelectItem::UnnamedExpr(Expr::Identifier(id)) => resolved_name(id) == op,
+        _ => false,
+    });
+    if named_op {
+        return Err(SqlProblem {
+            offset: at,
+            message: format!(
+                "a GROUP BY without a window writes a changelog whose column `{op}` holds each change's kind (+I, -U, +U); name the query's column `{op}` otherwise"
+            ),
+        });
+    }
+    items.push(SelectItem::UnnamedExpr(Expr::Identifier(
+        Ident::with_quote('"', op),
+    )));
+    Ok(())
 }
 
 /// Whether a SELECT has a GROUP BY.
@@ -758,13 +957,15 @@ fn group_window(
     };
     let mut shape = None;
     let mut keys = Vec::new();
+    // An expression key: computed before an updating stage when there is
+    // no window; refused with one.
+    let mut computed = None;
     for e in exprs {
         if let Expr::Function(f) = e {
             let kind = f.name.to_string().to_ascii_uppercase();
             if !["SESSION", "TUMBLE", "HOP"].contains(&kind.as_str()) {
-                return Err(problem(format!(
-                    "GROUP BY `{e}`: group by columns and one window (SESSION(t, gap), TUMBLE(t, size) or HOP(t, slide, size))"
-                )));
+                computed.get_or_insert(e);
+                continue;
             }
             if shape.is_some() {
                 return Err(problem("a GROUP BY takes one window".into()));
@@ -802,10 +1003,13 @@ fn group_window(
         } else if let Some(column) = column_of(e) {
             keys.push(column);
         } else {
-            return Err(problem(format!(
-                "GROUP BY `{e}`: group by columns; compute `{e}` in a view first"
-            )));
+            computed.get_or_insert(e);
         }
+    }
+    if let (Some(_), Some(e)) = (&shape, computed) {
+        return Err(problem(format!(
+            "GROUP BY `{e}`: a windowed GROUP BY takes columns and one window (SESSION(t, gap), TUMBLE(t, size) or HOP(t, slide, size)); compute `{e}` in a view first"
+        )));
     }
     Ok(shape.map(|s| (s, keys)))
 }

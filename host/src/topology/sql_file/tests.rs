@@ -211,9 +211,9 @@ fn every_refusal_names_its_line_and_column() {
             "not an option of a source table",
         ),
         (
-            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT a, count(*) FROM t GROUP BY a;",
+            "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT count(*) FROM t GROUP BY a + 1, TUMBLE(ts, INTERVAL '1' SECOND);",
             (3, 15),
-            "needs a window",
+            "compute `a + 1` in a view first",
         ),
         (
             "CREATE TABLE t WITH ('connector' = 'generator');\nCREATE TABLE o WITH ('connector' = 'blackhole-sink');\nINSERT INTO o SELECT count(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start;",
@@ -654,5 +654,109 @@ fn a_group_by_a_windows_end_aggregates_each_window_and_joins_on_it() {
             .is_some_and(|s| s.ends_with("WHERE AuctionBids.num >= MaxBids.maxn")),
         "{:?}",
         stages["out_insert"]
+    );
+}
+
+#[test]
+fn a_group_by_without_a_window_is_an_updating_stage_with_its_expressions_computed_before_it() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day, count(*) AS bids,
+           count(*) FILTER (WHERE price < 100) AS cheap,
+           count(DISTINCT auction) FILTER (WHERE price < 100) AS cheap_auctions, max(price * 2) AS top
+         FROM bid WHERE price > 0 GROUP BY DATE_FORMAT(date_time, 'yyyy-MM-dd') HAVING count(*) > 1;"
+    ));
+    let stages = &t["stages"];
+    assert_eq!(
+        stages["out_insert_where"]["sql"].as_str(),
+        Some(
+            r#"SELECT to_char(date_time, '%Y-%m-%d') AS "fv_key_0", CASE WHEN price < 100 THEN 1 END AS "fv_arg_1", CASE WHEN price < 100 THEN auction END AS "fv_arg_2", price * 2 AS "fv_arg_3" FROM "bid" WHERE price > 0"#
+        )
+    );
+    let grouped = &stages["out_insert_window"];
+    assert_eq!(grouped["updating"].as_bool(), Some(true));
+    assert!(grouped.get("window").is_none());
+    assert_eq!(grouped["key"], toml::Value::Array(vec!["fv_key_0".into()]));
+    assert_eq!(
+        grouped["aggregates"],
+        toml::Value::Array(vec![
+            r#"count(*) AS "bids""#.into(),
+            r#"count("fv_arg_1") AS "cheap""#.into(),
+            r#"count(DISTINCT "fv_arg_2") AS "cheap_auctions""#.into(),
+            r#"max("fv_arg_3") AS "top""#.into(),
+        ])
+    );
+    // HAVING filters each change: a group that stops passing is retracted.
+    assert_eq!(
+        stages["out_insert"]["sql"].as_str(),
+        Some(
+            r#"SELECT "fv_key_0" AS day, "bids" AS bids, "cheap" AS cheap, "cheap_auctions" AS cheap_auctions, "top" AS top, "op" FROM "out_insert_window" WHERE "bids" > 1"#
+        )
+    );
+}
+
+#[test]
+fn a_windowed_group_by_computes_filtered_and_expression_arguments_before_the_window() {
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT auction, count(*) FILTER (WHERE price > 10) AS n, sum(price / 2) AS half, window_end
+         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+         GROUP BY auction, window_start, window_end;"
+    ));
+    let stages = &t["stages"];
+    assert_eq!(
+        stages["out_insert_where"]["sql"].as_str(),
+        Some(
+            r#"SELECT "date_time", "auction", CASE WHEN price > 10 THEN 1 END AS "fv_arg_0", price / 2 AS "fv_arg_1" FROM "bid""#
+        )
+    );
+    assert_eq!(
+        stages["out_insert_window"]["aggregates"],
+        toml::Value::Array(vec![
+            r#"count("fv_arg_0") AS "n""#.into(),
+            r#"sum("fv_arg_1") AS "half""#.into(),
+        ])
+    );
+}
+
+#[test]
+fn a_changelog_is_refused_as_the_input_of_a_stateful_stage_and_its_op_column_is_reserved() {
+    let problems = problems_of(&format!(
+        "{BIDS}INSERT INTO out SELECT auction, count(*) AS op FROM bid GROUP BY auction;"
+    ));
+    assert!(
+        problems[0]
+            .1
+            .contains("column `op` holds each change's kind"),
+        "{problems:?}"
+    );
+    let toml = "
+[sources.bid]
+plugin = \"generator\"
+config = { stream = \"bid\", events = 10 }
+watermark = { column = \"date_time\" }
+[stages.per_auction]
+input = \"bid\"
+updating = true
+key = [\"auction\"]
+aggregates = [\"count(*) AS n\"]
+[stages.renamed]
+input = \"per_auction\"
+sql = \"SELECT auction, n, op FROM per_auction\"
+[stages.windowed]
+input = \"renamed\"
+window = { time = \"date_time\", size = \"1s\" }
+key = [\"auction\"]
+aggregates = [\"count(*) AS n\"]
+[sinks.out]
+plugin = \"blackhole-sink\"
+input = \"windowed\"
+";
+    let Err(e) = crate::topology::Topology::parse(std::path::Path::new("t.toml"), toml) else {
+        panic!("a window over a changelog was accepted");
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("stages.windowed.input")
+            && text.contains("`renamed` is a changelog (the `per_auction` stage"),
+        "{text}"
     );
 }

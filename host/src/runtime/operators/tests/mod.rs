@@ -10,6 +10,7 @@ mod join;
 mod lookup;
 mod session;
 mod top_n;
+mod updating;
 
 use arrow::array::RecordBatch;
 

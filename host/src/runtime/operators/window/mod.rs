@@ -266,11 +266,9 @@ impl WindowAggregate {
         groups: &[(K, GroupAccs)],
     ) -> Result<RecordBatch, TaskError> {
         let n = groups.len();
-        let parser = self.hasher.converter().parser();
         let keys = self
             .hasher
-            .converter()
-            .convert_rows(groups.iter().map(|(k, _)| parser.parse(k.as_ref())))
+            .key_columns(groups.iter().map(|(k, _)| k.as_ref()))
             .map_err(self.ctx.arrow("decoding keys"))?;
         let end = start.saturating_add(self.size);
         let mut columns: Vec<ArrayRef> = vec![

@@ -1,0 +1,197 @@
+//! [`UpdatingAggregate`]: keyed aggregates without a window — SQL's
+//! `GROUP BY k` over a stream. A group's result changes with every row it
+//! takes, so the stage's output is a changelog: each row carries its kind
+//! in the column [`CHANGELOG_OP`] (`+I` a new group, `-U` a group's
+//! previous result, `+U` its new one), and applying the changes in order
+//! gives the table of current results.
+//!
+//! Each input batch emits one change per group it touched (a mini-batch,
+//! as Flink's `table.exec.mini-batch`): `+I` if the group is new, else
+//! `-U` with the result it had before the batch then `+U` with the new one,
+//! groups ordered by key so a rerun writes the same rows. Groups live in
+//! the task's [`StateTable`] (one scope, by key), snapshotted at each
+//! barrier and re-sharded by vnode on a restart, as every stateful stage.
+//!
+//! This operator never reads time: watermarks pass through and no row is
+//! late. Its state grows with the number of distinct keys and is never
+//! released (no window ends a group): `validate` says so.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use super::aggregates::{Aggregates, GroupCodec, GroupResult};
+use super::rows::{OUTPUT_BATCH, SettingError, StateGauge, find_column};
+use crate::runtime::checkpoint::StateContext;
+use crate::runtime::message::Watermark;
+use crate::runtime::operator::{Emitter, Operator, TaskError};
+use crate::state::{KeyHasher, StateFormat, StateTable};
+use crate::topology::{CHANGELOG_OP, UpdatingSpec, describe_aggregates};
+
+/// An updating stage checked against its input schema; cloned per task.
+#[derive(Debug, Clone)]
+pub struct UpdatingPlan {
+    spec: UpdatingSpec,
+    input: SchemaRef,
+    output: SchemaRef,
+    aggregates: Aggregates,
+}
+
+impl UpdatingPlan {
+    /// Check `spec` against `input`. The error names the offending setting.
+    pub fn new(spec: &UpdatingSpec, input: SchemaRef) -> Result<Self, SettingError> {
+        let mut fields = Vec::new();
+        for k in &spec.key {
+            fields.push(input.field(find_column(&input, "key", k)?).clone());
+        }
+        let aggregates = Aggregates::bind(&spec.aggregates, &input)?;
+        fields.extend(aggregates.fields());
+        fields.push(Field::new(CHANGELOG_OP, DataType::Utf8, false));
+        KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
+        Ok(UpdatingPlan {
+            spec: spec.clone(),
+            input,
+            output: Arc::new(Schema::new(fields)),
+            aggregates,
+        })
+    }
+
+    /// The changes the stage emits: the key, the aggregates, then `op`.
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// What the state means; a restart refuses state of another meaning.
+    pub fn format(&self) -> StateFormat {
+        StateFormat::new("updating", 1)
+            .setting("key", self.spec.key.join(","))
+            .setting("aggregates", describe_aggregates(&self.spec.aggregates))
+    }
+}
+
+/// The kind of one change row.
+#[derive(Clone, Copy)]
+enum Change {
+    Insert,
+    Before,
+    After,
+}
+
+impl Change {
+    fn op(self) -> &'static str {
+        match self {
+            Change::Insert => "+I",
+            Change::Before => "-U",
+            Change::After => "+U",
+        }
+    }
+}
+
+/// The operator of one task of an updating stage.
+pub struct UpdatingAggregate {
+    plan: UpdatingPlan,
+    hasher: KeyHasher,
+    /// Key → the group's accumulators.
+    table: StateTable<GroupCodec>,
+    ctx: StateContext,
+    format: StateFormat,
+    gauge: StateGauge,
+}
+
+impl UpdatingAggregate {
+    /// The operator of one task, with the state restored for its vnodes.
+    pub fn new(plan: UpdatingPlan, mut ctx: StateContext) -> Result<Self, TaskError> {
+        let hasher = KeyHasher::new(&plan.input, &plan.spec.key)
+            .map_err(ctx.arrow("finding the key columns"))?;
+        let table = ctx.restore_table(GroupCodec(plan.aggregates.clone()), None)?;
+        Ok(UpdatingAggregate {
+            format: plan.format(),
+            plan,
+            hasher,
+            table,
+            ctx,
+            gauge: StateGauge::default(),
+        })
+    }
+
+    /// The change rows of `changes`, key then aggregates then `op`.
+    fn output(&self, changes: &[(&[u8], Change, GroupResult)]) -> Result<RecordBatch, TaskError> {
+        let mut columns: Vec<ArrayRef> = self
+            .hasher
+            .key_columns(changes.iter().map(|(k, _, _)| *k))
+            .map_err(self.ctx.arrow("decoding keys"))?;
+        let results: Vec<&GroupResult> = changes.iter().map(|(_, _, r)| r).collect();
+        columns.extend(self.plan.aggregates.finish(&results));
+        columns.push(Arc::new(StringArray::from_iter_values(
+            changes.iter().map(|(_, c, _)| c.op()),
+        )));
+        RecordBatch::try_new(self.plan.output_schema(), columns)
+            .map_err(self.ctx.arrow("building output rows"))
+    }
+}
+
+impl Operator for UpdatingAggregate {
+    fn on_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Emitter,
+    ) -> Result<(), TaskError> {
+        let rows = self
+            .hasher
+            .rows(&batch)
+            .map_err(self.ctx.arrow("encoding keys"))?;
+        let aggregates = &self.plan.aggregates;
+        let values = aggregates
+            .values(&batch)
+            .map_err(self.ctx.arrow("reading aggregate inputs"))?;
+        // Each group this batch touches, with its result before the batch
+        // (`None`: new). Ordered by key, so the changes are too.
+        let mut touched: BTreeMap<&[u8], Option<GroupResult>> = BTreeMap::new();
+        for row in 0..batch.num_rows() {
+            let key: &[u8] = match self.hasher.is_global() {
+                true => &[],
+                false => rows.row(row).data(),
+            };
+            if !touched.contains_key(key) {
+                let before = self.table.key(key).map(|g| aggregates.result_of(g));
+                touched.insert(key, before);
+            }
+            let group = self
+                .table
+                .key_or_insert_with(key, || aggregates.new_group());
+            aggregates.fold(group, &values, row, 0);
+        }
+        let mut changes = Vec::with_capacity(touched.len() * 2);
+        for (key, before) in touched {
+            let Some(now) = self.table.key(key).map(|g| aggregates.result_of(g)) else {
+                continue;
+            };
+            match before {
+                Some(before) => {
+                    changes.push((key, Change::Before, before));
+                    changes.push((key, Change::After, now));
+                }
+                None => changes.push((key, Change::Insert, now)),
+            }
+        }
+        for chunk in changes.chunks(OUTPUT_BATCH) {
+            let batch = self.output(chunk)?;
+            out.emit(batch)?;
+        }
+        self.gauge.report(self.table.len() as u64, out);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, out: &mut Emitter) -> Result<(), TaskError> {
+        // Restored groups count before any row arrives.
+        self.gauge.report(self.table.len() as u64, out);
+        out.watermark(watermark)
+    }
+
+    fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
+        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
+    }
+}
