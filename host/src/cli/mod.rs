@@ -225,14 +225,20 @@ fn load_and_plan(
             stage.name
         );
     }
-    for stage in plan
-        .topology
-        .stages
-        .iter()
-        .filter(|s| matches!(&s.kind, fvhost::topology::StageKind::Updating(_)))
-    {
+    for stage in &plan.topology.stages {
+        let fvhost::topology::StageKind::Updating(spec) = &stage.kind else {
+            continue;
+        };
+        let (what, keeps) = match &spec.output {
+            fvhost::topology::UpdatingOutput::Aggregates(_) => {
+                ("aggregates", "one group per key".to_string())
+            }
+            fvhost::topology::UpdatingOutput::TopN { n, .. } => {
+                ("ranks rows", format!("{n} rows per key"))
+            }
+        };
         eprintln!(
-            "note: {}: stage `{}` aggregates without a window: it keeps one group per key for as long as the topology runs, and its output is a changelog (column `op`: +I, -U, +U); aggregate per window (TUMBLE, HOP, SESSION) if the keys do not end",
+            "note: {}: stage `{}` {what} without a window: it keeps {keeps} for as long as the topology runs, and its output is a changelog (column `op`: +I, -U, +U); work per window (TUMBLE, HOP, SESSION) if the keys do not end",
             path.display(),
             stage.name
         );

@@ -21,13 +21,13 @@ use crate::plugin::{
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
 use crate::runtime::operators::{
     JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, UpdatingPlan,
-    WindowPlan, column_names, window_bound_fields,
+    UpdatingTopNPlan, WindowPlan, column_names, window_bound_fields,
 };
 use crate::runtime::projection;
 use crate::sql::{JoinedSides, StatelessQuery};
 use crate::topology::{
     Diagnostic, Diagnostics, EventTime, JoinWindow, LookupSpec, PluginRef, PluginUse, StageKind,
-    StageNode, Topology,
+    StageNode, Topology, UpdatingOutput,
 };
 
 /// A source with its opened instances.
@@ -218,7 +218,14 @@ fn stateful_plan(
         StageKind::Window(spec) => StatefulPlan::Window(WindowPlan::new(spec, input)?),
         StageKind::Session(spec) => StatefulPlan::Session(SessionPlan::new(spec, input)?),
         StageKind::TopN(spec) => StatefulPlan::TopN(TopNPlan::new(spec, input)?),
-        StageKind::Updating(spec) => StatefulPlan::Updating(UpdatingPlan::new(spec, input)?),
+        StageKind::Updating(spec) => match spec.output {
+            UpdatingOutput::Aggregates(_) => {
+                StatefulPlan::Updating(UpdatingPlan::new(spec, input)?)
+            }
+            UpdatingOutput::TopN { .. } => {
+                StatefulPlan::UpdatingTopN(UpdatingTopNPlan::new(spec, input)?)
+            }
+        },
         StageKind::Join(spec) => {
             let side = |i: usize| -> Result<(&str, SchemaRef), (String, String)> {
                 let name = inputs

@@ -120,12 +120,13 @@ pub fn scan_requests(
             (StageKind::Updating(spec), Some(StageTask::Stateful(StatefulPlan::Updating(_))))
                 if !spec.key.is_empty() =>
             {
-                Columns::of(
-                    spec.key
-                        .iter()
-                        .cloned()
-                        .chain(spec.aggregates.iter().filter_map(|a| a.column.clone())),
-                )
+                let read = match &spec.output {
+                    crate::topology::UpdatingOutput::Aggregates(a) => {
+                        a.iter().filter_map(|a| a.column.clone()).collect()
+                    }
+                    crate::topology::UpdatingOutput::TopN { .. } => Vec::new(),
+                };
+                Columns::of(spec.key.iter().cloned().chain(read))
             }
             _ => Columns::All,
         };

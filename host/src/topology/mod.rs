@@ -166,27 +166,60 @@ impl WindowSpec {
     }
 }
 
-/// A keyed aggregation without a window (`updating = true` on a stage):
-/// each group's result changes with every row, so its output is a
-/// changelog — the rows of [`CHANGELOG_OP`] `+I` (a new group), `-U` (a
-/// group's previous result) and `+U` (its new one).
+/// A keyed stage without a window (`updating = true` on a stage): each
+/// group's result changes with every row, so its output is a changelog —
+/// the rows of [`CHANGELOG_OP`] `+I` (a new result), `-U` (a result taken
+/// back) and `+U` (its replacement).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdatingSpec {
     /// Key columns (state is sharded by their hash); none for one group.
     pub key: Vec<String>,
-    /// What is computed per key.
-    pub aggregates: Vec<Aggregate>,
+    /// What is kept per key.
+    pub output: UpdatingOutput,
+}
+
+/// What an updating stage keeps per key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdatingOutput {
+    /// Aggregates (`aggregates = [...]`): SQL's GROUP BY without a window.
+    Aggregates(Vec<Aggregate>),
+    /// The first `n` rows in an order (`top_n = { … }`): SQL's
+    /// `ROW_NUMBER()` over the whole stream.
+    TopN {
+        /// Rows kept per key.
+        n: u32,
+        /// The ranking.
+        order_by: Vec<SortKey>,
+        /// Name of the 1-based rank column added to the output.
+        rank: String,
+    },
 }
 
 impl UpdatingSpec {
     /// A one-line description, for `explain`.
     pub fn describe(&self) -> String {
-        format!(
-            "updating key=[{}] aggregates=[{}]",
-            self.key.join(", "),
-            describe_aggregates(&self.aggregates)
-        )
+        match &self.output {
+            UpdatingOutput::Aggregates(a) => format!(
+                "updating key=[{}] aggregates=[{}]",
+                self.key.join(", "),
+                describe_aggregates(a)
+            ),
+            UpdatingOutput::TopN { n, order_by, rank } => format!(
+                "updating key=[{}] top {n} by {} (rank `{rank}`)",
+                self.key.join(", "),
+                describe_order(order_by)
+            ),
+        }
     }
+}
+
+/// `price DESC, date_time` — a ranking, for descriptions and state formats.
+pub fn describe_order(order: &[SortKey]) -> String {
+    order
+        .iter()
+        .map(|o| format!("{}{}", o.column, if o.descending { " DESC" } else { "" }))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The column a changelog's rows carry their kind in, Flink's short

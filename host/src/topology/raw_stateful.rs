@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::raw::{Ctx, OneOrMany};
 use super::{
     Aggregate, AggregateFn, CHANGELOG_OP, Diagnostic, JoinSpec, JoinWindow, LookupSpec,
-    SessionSpec, SortKey, StageKind, TopNSpec, UpdatingSpec, WindowSpec, parse_duration,
-    parse_duration_or_zero, parse_signed_duration,
+    SessionSpec, SortKey, StageKind, TopNSpec, UpdatingOutput, UpdatingSpec, WindowSpec,
+    parse_duration, parse_duration_or_zero, parse_signed_duration,
 };
 
 /// `window = { … }` on a stage.
@@ -97,7 +97,7 @@ impl RawStateful {
     }
 }
 
-const KINDS: &str = "`window` (with `aggregates`, `top_n` or `dedup`), `session`, `updating` (with `aggregates`), `join` or `lookup`";
+const KINDS: &str = "`window` (with `aggregates`, `top_n` or `dedup`), `session`, `updating` (with `aggregates` or `top_n`), `join` or `lookup`";
 
 impl Ctx<'_> {
     /// The stage kind these keys define: `None` when there are none (the
@@ -152,7 +152,7 @@ impl Ctx<'_> {
         let allowed: &[&str] = match kind {
             "window" => &["window", "key", "aggregates", "top_n", "dedup"],
             "session" => &["session", "key", "aggregates"],
-            "updating" => &["updating", "key", "aggregates"],
+            "updating" => &["updating", "key", "aggregates", "top_n"],
             _ => &[kind],
         };
         let mut refused = false;
@@ -229,35 +229,8 @@ impl Ctx<'_> {
         let (size, lateness) = self.tumbling(key, window, errors)?;
         let (n, order_by, rank) = match (raw.top_n, raw.dedup) {
             (Some(t), _) => {
-                if t.n == 0 {
-                    errors.push(
-                        self.map
-                            .at_key(&format!("{key}.top_n.n"), "must be at least 1"),
-                    );
-                }
-                let mut order = Vec::new();
-                for (i, text) in t.order_by.into_vec().iter().enumerate() {
-                    match parse_sort_key(text) {
-                        Ok(s) => order.push(s),
-                        Err(m) => {
-                            errors.push(self.map.at_key(&format!("{key}.top_n.order_by.{i}"), m))
-                        }
-                    }
-                }
-                if order.is_empty() {
-                    errors.push(self.map.at_key(
-                        &format!("{key}.top_n.order_by"),
-                        "name at least one column to rank by, e.g. \"price DESC\"",
-                    ));
-                }
-                let rank = t.rank.unwrap_or_else(|| "rank".into());
-                if !is_column_name(&rank) {
-                    errors.push(self.map.at_key(
-                        &format!("{key}.top_n.rank"),
-                        format!("`{rank}` is not a column name (letters, digits, `_`)"),
-                    ));
-                }
-                (t.n, order, Some(rank))
+                let (n, order, rank) = self.top_n(key, t, errors);
+                (n, order, Some(rank))
             }
             (None, Some(d)) => {
                 let descending = match d.as_str() {
@@ -391,8 +364,8 @@ impl Ctx<'_> {
         })
     }
 
-    /// `updating = true` with `key` and `aggregates`: an aggregation
-    /// without a window.
+    /// `updating = true` with `key` and `aggregates` (an aggregation
+    /// without a window) or `top_n` (a ranking of the whole stream).
     fn updating(
         &self,
         key: &str,
@@ -407,31 +380,84 @@ impl Ctx<'_> {
             return None;
         }
         let keys = raw.key.unwrap_or_default();
-        let aggregates = self.aggregates(key, &keys, raw.aggregates, errors);
-        for (i, a) in aggregates.iter().enumerate() {
-            if matches!(a.function, AggregateFn::FirstValue | AggregateFn::LastValue) {
-                errors.push(self.map.at_key(
-                    &format!("{key}.aggregates.{i}"),
-                    format!("`{}` orders values by event time, which an updating aggregate does not read; use min or max, or a window", a.function.sql_name()),
-                ));
-            }
-            if a.alias == CHANGELOG_OP {
-                errors.push(self.map.at_key(
-                    &format!("{key}.aggregates.{i}"),
-                    format!("`{CHANGELOG_OP}` is the column an updating stage writes each change's kind in; name the aggregate otherwise with `AS`"),
-                ));
-            }
-        }
         if keys.iter().any(|k| k == CHANGELOG_OP) {
             errors.push(self.map.at_key(
                 &format!("{key}.key"),
                 format!("`{CHANGELOG_OP}` is the column an updating stage writes each change's kind in; rename the key column in a SQL stage before"),
             ));
         }
-        Some(UpdatingSpec {
-            key: keys,
-            aggregates,
-        })
+        let reserved = |name: &str, at: String, errors: &mut Vec<Diagnostic>| {
+            if name == CHANGELOG_OP {
+                errors.push(self.map.at_key(
+                    &at,
+                    format!("`{CHANGELOG_OP}` is the column an updating stage writes each change's kind in; name this column otherwise"),
+                ));
+            }
+        };
+        let output = match (raw.aggregates, raw.top_n) {
+            (Some(_), Some(_)) => {
+                errors.push(self.map.at_key(
+                    &format!("{key}.top_n"),
+                    "an updating stage computes one of `aggregates`, `top_n`; this one has both",
+                ));
+                return None;
+            }
+            (None, Some(t)) => {
+                let (n, order_by, rank) = self.top_n(key, t, errors);
+                reserved(&rank, format!("{key}.top_n.rank"), errors);
+                UpdatingOutput::TopN { n, order_by, rank }
+            }
+            (aggregates, None) => {
+                let aggregates = self.aggregates(key, &keys, aggregates, errors);
+                for (i, a) in aggregates.iter().enumerate() {
+                    if matches!(a.function, AggregateFn::FirstValue | AggregateFn::LastValue) {
+                        errors.push(self.map.at_key(
+                            &format!("{key}.aggregates.{i}"),
+                            format!("`{}` orders values by event time, which an updating aggregate does not read; use min or max, or a window", a.function.sql_name()),
+                        ));
+                    }
+                    reserved(&a.alias, format!("{key}.aggregates.{i}"), errors);
+                }
+                UpdatingOutput::Aggregates(aggregates)
+            }
+        };
+        Some(UpdatingSpec { key: keys, output })
+    }
+
+    /// `top_n = { n, order_by, rank }`: its size, order and rank column.
+    fn top_n(
+        &self,
+        key: &str,
+        t: RawTopN,
+        errors: &mut Vec<Diagnostic>,
+    ) -> (u32, Vec<SortKey>, String) {
+        if t.n == 0 {
+            errors.push(
+                self.map
+                    .at_key(&format!("{key}.top_n.n"), "must be at least 1"),
+            );
+        }
+        let mut order = Vec::new();
+        for (i, text) in t.order_by.into_vec().iter().enumerate() {
+            match parse_sort_key(text) {
+                Ok(s) => order.push(s),
+                Err(m) => errors.push(self.map.at_key(&format!("{key}.top_n.order_by.{i}"), m)),
+            }
+        }
+        if order.is_empty() {
+            errors.push(self.map.at_key(
+                &format!("{key}.top_n.order_by"),
+                "name at least one column to rank by, e.g. \"price DESC\"",
+            ));
+        }
+        let rank = t.rank.unwrap_or_else(|| "rank".into());
+        if !is_column_name(&rank) {
+            errors.push(self.map.at_key(
+                &format!("{key}.top_n.rank"),
+                format!("`{rank}` is not a column name (letters, digits, `_`)"),
+            ));
+        }
+        (t.n, order, rank)
     }
 
     fn session(

@@ -18,6 +18,7 @@ mod testing;
 mod tests;
 mod top_n;
 mod updating;
+mod updating_top_n;
 mod wasm_step;
 mod window;
 
@@ -31,6 +32,7 @@ pub use sink_writer::{SinkWriter, commit_durable};
 pub use sql_stage::SqlStage;
 pub use top_n::{TopN, TopNPlan};
 pub use updating::{UpdatingAggregate, UpdatingPlan};
+pub use updating_top_n::{UpdatingTopN, UpdatingTopNPlan};
 pub use wasm_step::WasmStep;
 pub use window::{WindowAggregate, WindowPlan, column_names, set_slicing};
 
@@ -51,6 +53,8 @@ pub enum StatefulPlan {
     TopN(TopNPlan),
     /// Aggregates per key without a window, as a changelog.
     Updating(UpdatingPlan),
+    /// The top rows per key without a window, as a changelog.
+    UpdatingTopN(UpdatingTopNPlan),
     /// A window or interval join.
     Join(JoinPlan),
 }
@@ -63,6 +67,7 @@ impl StatefulPlan {
             StatefulPlan::Session(p) => p.format(),
             StatefulPlan::TopN(p) => p.format(),
             StatefulPlan::Updating(p) => p.format(),
+            StatefulPlan::UpdatingTopN(p) => p.format(),
             StatefulPlan::Join(p) => p.format(),
         }
     }
@@ -74,6 +79,7 @@ impl StatefulPlan {
             StatefulPlan::Session(p) => p.output_schema(),
             StatefulPlan::TopN(p) => p.output_schema(),
             StatefulPlan::Updating(p) => p.output_schema(),
+            StatefulPlan::UpdatingTopN(p) => p.output_schema(),
             StatefulPlan::Join(p) => p.output_schema(),
         }
     }
@@ -85,6 +91,7 @@ impl StatefulPlan {
             StatefulPlan::Session(p) => Box::new(SessionAggregate::new(p, ctx)?),
             StatefulPlan::TopN(p) => Box::new(TopN::new(p, ctx)?),
             StatefulPlan::Updating(p) => Box::new(UpdatingAggregate::new(p, ctx)?),
+            StatefulPlan::UpdatingTopN(p) => Box::new(UpdatingTopN::new(p, ctx)?),
             StatefulPlan::Join(p) => match p.window() {
                 JoinWindow::Tumbling(_) => Box::new(WindowJoin::new(p, ctx)?),
                 JoinWindow::Interval { .. } | JoinWindow::Unbounded => {

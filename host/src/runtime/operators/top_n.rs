@@ -119,14 +119,15 @@ impl TopNPlan {
 /// The kept rows of one (window, key), best first, as state-table values:
 /// one snapshot row per kept row.
 #[derive(Debug, Clone, Copy)]
-struct RankingCodec {
-    n: usize,
+pub(super) struct RankingCodec {
+    /// Rows kept per ranking.
+    pub(super) n: usize,
 }
 
 impl RankingCodec {
     /// Offer `row` to `ranking`; it stays if it is among the best `n`.
     /// The change in the number of rows kept (0 or 1).
-    fn offer(&self, ranking: &mut Vec<Box<[u8]>>, row: &[u8]) -> u64 {
+    pub(super) fn offer(&self, ranking: &mut Vec<Box<[u8]>>, row: &[u8]) -> u64 {
         // Most rows lose against a full ranking: one comparison.
         if ranking.len() == self.n && ranking.last().is_some_and(|w| row >= w.as_ref()) {
             return 0;

@@ -28,7 +28,7 @@ use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::state::{KeyHasher, StateFormat, StateTable};
-use crate::topology::{CHANGELOG_OP, UpdatingSpec, describe_aggregates};
+use crate::topology::{CHANGELOG_OP, UpdatingOutput, UpdatingSpec};
 
 /// An updating stage checked against its input schema; cloned per task.
 #[derive(Debug, Clone)]
@@ -42,11 +42,14 @@ pub struct UpdatingPlan {
 impl UpdatingPlan {
     /// Check `spec` against `input`. The error names the offending setting.
     pub fn new(spec: &UpdatingSpec, input: SchemaRef) -> Result<Self, SettingError> {
+        let UpdatingOutput::Aggregates(aggregates) = &spec.output else {
+            return Err(("top_n".into(), "not an aggregation".into()));
+        };
         let mut fields = Vec::new();
         for k in &spec.key {
             fields.push(input.field(find_column(&input, "key", k)?).clone());
         }
-        let aggregates = Aggregates::bind(&spec.aggregates, &input)?;
+        let aggregates = Aggregates::bind(aggregates, &input)?;
         fields.extend(aggregates.fields());
         fields.push(Field::new(CHANGELOG_OP, DataType::Utf8, false));
         KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
@@ -67,20 +70,21 @@ impl UpdatingPlan {
     pub fn format(&self) -> StateFormat {
         StateFormat::new("updating", 1)
             .setting("key", self.spec.key.join(","))
-            .setting("aggregates", describe_aggregates(&self.spec.aggregates))
+            .setting("output", self.spec.describe())
     }
 }
 
 /// The kind of one change row.
 #[derive(Clone, Copy)]
-enum Change {
+pub(super) enum Change {
     Insert,
     Before,
     After,
 }
 
 impl Change {
-    fn op(self) -> &'static str {
+    /// Its `op` value.
+    pub(super) fn op(self) -> &'static str {
         match self {
             Change::Insert => "+I",
             Change::Before => "-U",

@@ -878,8 +878,11 @@ fn updating_grouping(
 }
 
 /// The select list over an updating stage passes on its `op` column (each
-/// row is a change; without its kind the rows mean nothing).
-fn keep_changelog_op(items: &mut Vec<SelectItem>, at: Option<usize>) -> Result<(), SqlProblem> {
+/// row is a change; without its kind the rows mean nothing); `*` does.
+pub(super) fn keep_changelog_op(
+    items: &mut Vec<SelectItem>,
+    at: Option<usize>,
+) -> Result<(), SqlProblem> {
     let op = crate::topology::CHANGELOG_OP;
     let named_op = items.iter().any(|i| match i {
         SelectItem::ExprWithAlias { alias, .. } => resolved_name(alias) == op,
@@ -890,9 +893,17 @@ fn keep_changelog_op(items: &mut Vec<SelectItem>, at: Option<usize>) -> Result<(
         return Err(SqlProblem {
             offset: at,
             message: format!(
-                "a GROUP BY without a window writes a changelog whose column `{op}` holds each change's kind (+I, -U, +U); name the query's column `{op}` otherwise"
+                "a GROUP BY or ranking without a window writes a changelog whose column `{op}` holds each change's kind (+I, -U, +U); name the query's column `{op}` otherwise"
             ),
         });
+    }
+    if items.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return Ok(());
     }
     items.push(SelectItem::UnnamedExpr(Expr::Identifier(
         Ident::with_quote('"', op),

@@ -760,3 +760,27 @@ input = \"windowed\"
         "{text}"
     );
 }
+
+#[test]
+fn a_ranking_without_a_window_is_an_updating_top_n_and_its_op_column_is_kept() {
+    // Nexmark q18's shape: the latest row per key, the rank dropped.
+    let t = toml_of(&format!(
+        "{BIDS}INSERT INTO out SELECT auction, price, date_time FROM (
+           SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY date_time DESC) AS rank_number
+           FROM bid) WHERE rank_number <= 1;"
+    ));
+    let stages = &t["stages"];
+    let rank = &stages["out_insert_rank"];
+    assert_eq!(rank["updating"].as_bool(), Some(true));
+    assert!(rank.get("window").is_none());
+    assert_eq!(rank["key"], toml::Value::Array(vec!["auction".into()]));
+    assert_eq!(rank["top_n"]["n"].as_integer(), Some(1));
+    assert_eq!(
+        rank["top_n"]["order_by"],
+        toml::Value::Array(vec!["date_time DESC".into()])
+    );
+    assert_eq!(
+        stages["out_insert"]["sql"].as_str(),
+        Some(r#"SELECT auction, price, date_time, "op" FROM "out_insert_rank""#)
+    );
+}

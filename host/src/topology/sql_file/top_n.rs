@@ -24,8 +24,8 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::query::{
-    WindowCall, WindowShape, is_grouped, rename_items, strings, table_factor, window_and_keys,
-    window_function,
+    WindowCall, WindowShape, is_grouped, keep_changelog_op, rename_items, strings, table_factor,
+    window_and_keys, window_function,
 };
 use super::{SqlProblem, Translator};
 
@@ -90,11 +90,9 @@ impl Translator<'_> {
                 "JOIN is not planned from SQL yet; rank the rows of one input".into(),
             ));
         }
-        // The window: the ranking's own tumbling window, or the one its
-        // input already carries.
-        let (input, time, size_ms) = if let Some((function, args, _)) =
-            window_function(&from.relation)
-        {
+        // The window: the ranking's own tumbling window, the one its input
+        // already carries, or none (an updating ranking of the stream).
+        let (input, window) = if let Some((function, args, _)) = window_function(&from.relation) {
             match self.window_call(&function, args, at)? {
                 WindowCall {
                     input,
@@ -104,7 +102,7 @@ impl Translator<'_> {
                             size_ms,
                             slide_ms,
                         },
-                } if slide_ms == size_ms => (input, time, size_ms),
+                } if slide_ms == size_ms => (input, Some((time, size_ms))),
                 _ => {
                     return Err(problem("a top-N window is tumbling: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output".into()));
                 }
@@ -117,12 +115,12 @@ impl Translator<'_> {
                     ..
                 } => {
                     let node = self.resolve(&table.to_string(), at)?;
-                    self.windowed_input(node, at)?
+                    self.window_of(node)
                 }
                 TableFactor::Derived { subquery, .. } => {
                     let inner_name = self.fresh_name(&format!("{name}_from"));
                     let node = self.plan_query(subquery, &inner_name, None)?;
-                    self.windowed_input(node, at)?
+                    self.window_of(node)
                 }
                 other => {
                     return Err(problem(format!(
@@ -134,15 +132,23 @@ impl Translator<'_> {
         // The partition: the window and the keys.
         let (window_columns, keys) =
             window_and_keys(&ranking.partition, "PARTITION BY").map_err(problem)?;
-        if window_columns != 2 {
-            return Err(problem(format!(
-                "ROW_NUMBER() over a stream ranks per window: PARTITION BY window_start, window_end[, key…] (a top-N without a window would never be final); `{rank}` has {}",
-                if ranking.partition.is_empty() {
-                    "no PARTITION BY".to_string()
-                } else {
-                    "another partition".to_string()
-                }
-            )));
+        match (&window, window_columns) {
+            (Some(_), 2) | (None, 0) => {}
+            (Some(_), _) => {
+                return Err(problem(format!(
+                    "ROW_NUMBER() over a windowed input ranks per window: PARTITION BY window_start, window_end[, key…]; `{rank}` has {}",
+                    if ranking.partition.is_empty() {
+                        "no PARTITION BY".to_string()
+                    } else {
+                        "another partition".to_string()
+                    }
+                )));
+            }
+            (None, _) => {
+                return Err(problem(format!(
+                    "`{input}` carries no window to PARTITION BY: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output that keeps window_end, or partition by columns alone (an updating ranking of the whole stream)"
+                )));
+            }
         }
         // A filter inside the ranking query applies before it.
         let mut input = input;
@@ -170,9 +176,16 @@ impl Translator<'_> {
         } else {
             self.fresh_name(&format!("{name}_rank"))
         };
-        let mut window = toml::Table::new();
-        window.insert("time".into(), toml::Value::String(time));
-        window.insert("size".into(), toml::Value::String(format!("{size_ms}ms")));
+        let updating = window.is_none();
+        let kind = match window {
+            Some((time, size_ms)) => {
+                let mut window = toml::Table::new();
+                window.insert("time".into(), toml::Value::String(time));
+                window.insert("size".into(), toml::Value::String(format!("{size_ms}ms")));
+                ("window", toml::Value::Table(window))
+            }
+            None => ("updating", toml::Value::Boolean(true)),
+        };
         let mut top_n = toml::Table::new();
         top_n.insert("n".into(), toml::Value::Integer(i64::from(n)));
         top_n.insert("order_by".into(), strings(ranking.order));
@@ -181,7 +194,7 @@ impl Translator<'_> {
             &stage,
             &input,
             vec![
-                ("window", toml::Value::Table(window)),
+                kind,
                 ("key", strings(keys)),
                 ("top_n", toml::Value::Table(top_n)),
             ],
@@ -204,26 +217,22 @@ impl Translator<'_> {
         if let Some(columns) = rename {
             rename_items(&mut after.projection, columns, at)?;
         }
+        if updating {
+            keep_changelog_op(&mut after.projection, at)?;
+        }
         self.add_sql_stage(name, &stage, &after, at)?;
         Ok(name.to_string())
     }
 
-    /// A node whose rows carry `window_end` from a windowed GROUP BY: rank
-    /// them per `window_end` (a tumbling window of the upstream slide).
-    fn windowed_input(
-        &self,
-        node: String,
-        at: Option<usize>,
-    ) -> Result<(String, String, u64), SqlProblem> {
-        match self.windowed.get(&node) {
-            Some(slide) => Ok((node, "window_end".to_string(), *slide)),
-            None => Err(SqlProblem {
-                offset: at,
-                message: format!(
-                    "`{node}` carries no window: rank over TABLE(TUMBLE(…)) or over a windowed GROUP BY's output that keeps window_end"
-                ),
-            }),
-        }
+    /// A node and, if its rows carry `window_end` from a windowed GROUP
+    /// BY, the window to rank them in: per `window_end` (a tumbling window
+    /// of the upstream slide).
+    fn window_of(&self, node: String) -> (String, Option<(String, u64)>) {
+        let window = self
+            .windowed
+            .get(&node)
+            .map(|slide| ("window_end".to_string(), *slide));
+        (node, window)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Updating aggregates against `GROUP BY` in DataFusion: the changelog,
+//! Updating aggregates against `GROUP BY`, and updating top-N against
+//! `ROW_NUMBER()` over the whole input, in DataFusion: the changelog,
 //! applied in the order it was emitted, is the batch result — at several
 //! parallelisms, with a checkpoint/restore onto another parallelism in the
 //! middle — and no change ever retracts a row that is not there.
@@ -9,8 +10,8 @@ use proptest::prelude::*;
 
 use super::drive;
 use crate::runtime::operators::testing::{Harness, bids, oracle, text_rows};
-use crate::runtime::operators::{StatefulPlan, UpdatingPlan};
-use crate::topology::{Aggregate, UpdatingSpec};
+use crate::runtime::operators::{StatefulPlan, UpdatingPlan, UpdatingTopNPlan};
+use crate::topology::{Aggregate, SortKey, UpdatingOutput, UpdatingSpec};
 
 fn aggregates() -> Vec<Aggregate> {
     [
@@ -74,7 +75,7 @@ proptest! {
     ) {
         let input = bids(seed, rows, keys, 7, 0);
         let key = if keyed { vec!["auction".to_string()] } else { vec![] };
-        let spec = UpdatingSpec { key: key.clone(), aggregates: aggregates() };
+        let spec = UpdatingSpec { key: key.clone(), output: UpdatingOutput::Aggregates(aggregates()) };
         let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
         let mut h = Harness::new(StatefulPlan::Updating(plan), vec![key], before);
         drive(&mut h, &input, batch_rows, 0, (rows as f64 * restart) as usize, after);
@@ -107,7 +108,7 @@ fn each_batch_emits_one_change_per_group_it_touched() {
     let input = bids(3, 200, 5, 7, 0);
     let spec = UpdatingSpec {
         key: vec!["auction".into()],
-        aggregates: aggregates(),
+        output: UpdatingOutput::Aggregates(aggregates()),
     };
     let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
     let mut h = Harness::new(
@@ -122,4 +123,41 @@ fn each_batch_emits_one_change_per_group_it_touched() {
     let all = text_rows(&h.output, &["op"]);
     assert_eq!(all.iter().filter(|o| *o == "-U").count(), 5);
     assert_eq!(all.iter().filter(|o| *o == "+U").count(), 5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_updating_top_n_changelog_applied_is_row_number_over_the_whole_input(
+        seed in any::<u64>(),
+        rows in 1usize..400,
+        keys in 1i64..12,
+        keyed in any::<bool>(),
+        n in 1u32..5,
+        batch_rows in 1usize..80,
+        before in 1usize..4,
+        after in 1usize..4,
+        restart in 0.0f64..1.0,
+    ) {
+        let input = bids(seed, rows, keys, 7, 0);
+        let key = if keyed { vec!["auction".to_string()] } else { vec![] };
+        let order_by = vec![SortKey { column: "price".into(), descending: true }];
+        let spec = UpdatingSpec {
+            key: key.clone(),
+            output: UpdatingOutput::TopN { n, order_by, rank: "rank".into() },
+        };
+        let plan = UpdatingTopNPlan::new(&spec, input.schema()).expect("plan");
+        let mut h = Harness::new(StatefulPlan::UpdatingTopN(plan), vec![key], before);
+        drive(&mut h, &input, batch_rows, 0, (rows as f64 * restart) as usize, after);
+        let partition = if keyed { "PARTITION BY auction" } else { "" };
+        let expected = oracle(&[("bids", &input)], &format!(
+            "SELECT * FROM (SELECT auction, price, bidder, date_time,
+                    ROW_NUMBER() OVER ({partition}
+                        ORDER BY price DESC NULLS LAST, auction, price NULLS FIRST, bidder, date_time) AS rank
+                FROM bids) WHERE rank <= {n}"
+        ));
+        let columns = ["auction", "price", "bidder", "date_time", "rank"];
+        prop_assert_eq!(applied(&h.output, &columns), text_rows(&expected, &columns));
+    }
 }
