@@ -399,7 +399,10 @@ fn flinks_date_format_and_split_index_become_datafusions() {
     let sql = t["stages"]["out_insert"]["sql"]
         .as_str()
         .unwrap_or_default();
-    assert!(sql.contains("to_char(date_time, '%Y-%m-%d')"), "{sql}");
+    assert!(
+        sql.contains("CAST(CAST(date_time AS DATE) AS VARCHAR)"),
+        "{sql}"
+    );
     assert!(
         sql.contains("to_char(date_time, '%H:%M:%S.%3f at %%')"),
         "{sql}"
@@ -669,7 +672,7 @@ fn a_group_by_without_a_window_is_an_updating_stage_with_its_expressions_compute
     assert_eq!(
         stages["out_insert_where"]["sql"].as_str(),
         Some(
-            r#"SELECT to_char(date_time, '%Y-%m-%d') AS "fv_key_0", CASE WHEN price < 100 THEN 1 END AS "fv_arg_1", CASE WHEN price < 100 THEN auction END AS "fv_arg_2", price * 2 AS "fv_arg_3" FROM "bid" WHERE price > 0"#
+            r#"SELECT CAST(CAST(date_time AS DATE) AS VARCHAR) AS "fv_key_0", CASE WHEN price < 100 THEN 1 END AS "fv_arg_1", CASE WHEN price < 100 THEN auction END AS "fv_arg_2", price * 2 AS "fv_arg_3" FROM "bid" WHERE price > 0"#
         )
     );
     let grouped = &stages["out_insert_window"];
@@ -783,4 +786,33 @@ fn a_ranking_without_a_window_is_an_updating_top_n_and_its_op_column_is_kept() {
         stages["out_insert"]["sql"].as_str(),
         Some(r#"SELECT auction, price, date_time, "op" FROM "out_insert_rank""#)
     );
+}
+
+#[test]
+fn a_day_as_a_cast_reads_as_strftime_does() {
+    // DATE_FORMAT(t, 'yyyy-MM-dd') is planned as a cast to DATE: the same
+    // text as `to_char`'s for the instants around day, year and epoch
+    // boundaries.
+    let ctx = datafusion::prelude::SessionContext::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let rows = runtime
+        .block_on(async {
+            ctx.sql(
+                "SELECT count(*) AS n, sum(CASE WHEN to_char(t, '%Y-%m-%d') = CAST(CAST(t AS DATE) AS VARCHAR) THEN 1 ELSE 0 END) AS same
+                 FROM (SELECT CAST(s AS TIMESTAMP(3)) AS t FROM (VALUES
+                   ('1969-12-31 23:59:59.999'), ('1970-01-01 00:00:00'), ('2024-02-29 23:59:59.999'),
+                   ('2024-03-01 00:00:00.001'), ('1899-06-30 12:00:00'), ('9999-12-31 23:59:59.999'),
+                   ('0001-01-01 00:00:00')) AS v(s))",
+            )
+            .await?
+            .collect()
+            .await
+        })
+        .expect("query");
+    let text = arrow::util::pretty::pretty_format_batches(&rows)
+        .expect("format")
+        .to_string();
+    assert!(text.contains("| 7 | 7    |"), "{text}");
 }
