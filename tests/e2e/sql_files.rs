@@ -452,19 +452,11 @@ fn an_unbounded_join_writes_every_pair_a_join_computed_here_finds() {
         "{sql}"
     );
     s.write("q20_small.sql", &sql);
-    let explained = s.fvhost(&["explain", "q20_small.sql"]);
-    assert_exit(&explained, 0);
-    assert!(
-        explained.stdout.contains("unbounded = true"),
-        "{}",
-        explained.stdout
-    );
-    let run = s.fvhost(&["run", "q20_small.sql", "--no-progress"]);
-    assert_exit(&run, 0);
-    assert!(
-        run.stderr.contains("join without a time bound"),
-        "{}",
-        run.stderr
+    explain_and_run(
+        &s,
+        "q20_small.sql",
+        "unbounded = true",
+        "join without a time bound",
     );
     write_streams(&s, &["bid", "auction"], 20_000);
     let parse = |lines: Vec<String>| -> Vec<Value> {
@@ -525,19 +517,11 @@ fn a_group_by_without_a_window_writes_a_changelog_whose_final_table_is_the_aggre
         .replace("'config.path' = 'out/q17'", "'config.path' = 'out/q17_sql'");
     assert!(sql.contains("'config.events' = 20000"), "{sql}");
     s.write("q17_small.sql", &sql);
-    let explained = s.fvhost(&["explain", "q17_small.sql"]);
-    assert_exit(&explained, 0);
-    assert!(
-        explained.stdout.contains("updating = true"),
-        "{}",
-        explained.stdout
-    );
-    let run = s.fvhost(&["run", "q17_small.sql", "--no-progress"]);
-    assert_exit(&run, 0);
-    assert!(
-        run.stderr.contains("aggregates without a window"),
-        "{}",
-        run.stderr
+    explain_and_run(
+        &s,
+        "q17_small.sql",
+        "updating = true",
+        "aggregates without a window",
     );
     write_streams(&s, &["bid"], 20_000);
     // (auction, day) → (bids, per price range, min, max, sum).
@@ -635,6 +619,17 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// `fvhost explain file` (whose plan must say `plan_says`), then `fvhost
+/// run file` (whose log must say `run_says`), both exiting 0.
+fn explain_and_run(s: &Scratch, file: &str, plan_says: &str, run_says: &str) {
+    let explained = s.fvhost(&["explain", file]);
+    assert_exit(&explained, 0);
+    assert!(explained.stdout.contains(plan_says), "{}", explained.stdout);
+    let run = s.fvhost(&["run", file, "--no-progress"]);
+    assert_exit(&run, 0);
+    assert!(run.stderr.contains(run_says), "{}", run.stderr);
 }
 
 /// The generator's `streams` as a plain topology writes them, `events`

@@ -117,17 +117,17 @@ pub fn scan_requests(
                 keyed_aggregation(&spec.time, &spec.key, &spec.aggregates)
             }
             // Some column must be read for rows to arrive at all.
-            (StageKind::Updating(spec), Some(StageTask::Stateful(StatefulPlan::Updating(_))))
-                if !spec.key.is_empty() =>
-            {
-                let read = match &spec.output {
-                    crate::topology::UpdatingOutput::Aggregates(a) => {
-                        a.iter().filter_map(|a| a.column.clone()).collect()
-                    }
-                    crate::topology::UpdatingOutput::TopN { .. } => Vec::new(),
-                };
-                Columns::of(spec.key.iter().cloned().chain(read))
-            }
+            (
+                StageKind::Updating(crate::topology::UpdatingSpec {
+                    key,
+                    output: crate::topology::UpdatingOutput::Aggregates(aggregates),
+                }),
+                Some(StageTask::Stateful(StatefulPlan::Updating(_))),
+            ) if !key.is_empty() => Columns::of(
+                key.iter()
+                    .cloned()
+                    .chain(aggregates.iter().filter_map(|a| a.column.clone())),
+            ),
             _ => Columns::All,
         };
         for input in &node.inputs {

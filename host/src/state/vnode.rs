@@ -110,6 +110,15 @@ impl KeyHasher {
         self.converter.convert_columns(&cols)
     }
 
+    /// The encoded key of row `row` of `rows` (from [`KeyHasher::rows`]):
+    /// empty for a global key, whose row format has no rows.
+    pub fn key_of<'r>(&self, rows: &'r Rows, row: usize) -> &'r [u8] {
+        match self.is_global() {
+            true => &[],
+            false => rows.row(row).data(),
+        }
+    }
+
     /// The key columns of encoded keys, one row per key (none for a
     /// global key).
     pub fn key_columns<'a>(

@@ -286,11 +286,7 @@ impl Operator for SessionAggregate {
                 late.push(r as u32);
                 continue;
             }
-            let key: &[u8] = if self.hasher.is_global() {
-                &[]
-            } else {
-                rows.row(r).data()
-            };
+            let key = self.hasher.key_of(&rows, r);
             self.add(key, times.value(r), &values, r);
         }
         out.late(&batch, late)?;

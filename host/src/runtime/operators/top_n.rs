@@ -296,11 +296,7 @@ impl Operator for TopN {
                 late.push(r as u32);
                 continue;
             }
-            let key: &[u8] = if self.hasher.is_global() {
-                &[]
-            } else {
-                keys.row(r).data()
-            };
+            let key = self.hasher.key_of(&keys, r);
             let ranking = self.table.get_or_insert_with(start, key, Vec::new);
             self.rows_held += ranker.offer(ranking, rows.row(r).data());
         }

@@ -84,12 +84,17 @@ pub(super) enum Change {
 
 impl Change {
     /// Its `op` value.
-    pub(super) fn op(self) -> &'static str {
+    fn op(self) -> &'static str {
         match self {
             Change::Insert => "+I",
             Change::Before => "-U",
             Change::After => "+U",
         }
+    }
+
+    /// The `op` column of change rows of these kinds.
+    pub(super) fn column(kinds: impl Iterator<Item = Change>) -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(kinds.map(Change::op)))
     }
 }
 
@@ -128,9 +133,7 @@ impl UpdatingAggregate {
             .map_err(self.ctx.arrow("decoding keys"))?;
         let results: Vec<&GroupResult> = changes.iter().map(|(_, _, r)| r).collect();
         columns.extend(self.plan.aggregates.finish(&results));
-        columns.push(Arc::new(StringArray::from_iter_values(
-            changes.iter().map(|(_, c, _)| c.op()),
-        )));
+        columns.push(Change::column(changes.iter().map(|(_, c, _)| *c)));
         RecordBatch::try_new(self.plan.output_schema(), columns)
             .map_err(self.ctx.arrow("building output rows"))
     }
@@ -155,10 +158,7 @@ impl Operator for UpdatingAggregate {
         // (`None`: new). Ordered by key, so the changes are too.
         let mut touched: BTreeMap<&[u8], Option<GroupResult>> = BTreeMap::new();
         for row in 0..batch.num_rows() {
-            let key: &[u8] = match self.hasher.is_global() {
-                true => &[],
-                false => rows.row(row).data(),
-            };
+            let key = self.hasher.key_of(&rows, row);
             if !touched.contains_key(key) {
                 let before = self.table.key(key).map(|g| aggregates.result_of(g));
                 touched.insert(key, before);

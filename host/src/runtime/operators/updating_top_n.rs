@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, StringArray, UInt64Array};
+use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::rows::{OUTPUT_BATCH, RowCodec, SettingError, StateGauge, find_column};
@@ -143,9 +143,7 @@ impl UpdatingTopN {
         columns.push(Arc::new(UInt64Array::from_iter_values(
             changes.iter().map(|(_, rank, _)| *rank),
         )));
-        columns.push(Arc::new(StringArray::from_iter_values(
-            changes.iter().map(|(_, _, c)| c.op()),
-        )));
+        columns.push(Change::column(changes.iter().map(|(_, _, c)| *c)));
         RecordBatch::try_new(self.plan.output_schema(), columns)
             .map_err(self.ctx.arrow("building output rows"))
     }
@@ -171,36 +169,32 @@ impl Operator for UpdatingTopN {
         // batch (`None`: a new key). Ordered by key, so the changes are too.
         let mut touched: BTreeMap<&[u8], Option<Ranking>> = BTreeMap::new();
         for r in 0..batch.num_rows() {
-            let key: &[u8] = match self.hasher.is_global() {
-                true => &[],
-                false => keys.row(r).data(),
-            };
+            let key = self.hasher.key_of(&keys, r);
             if !touched.contains_key(key) {
                 touched.insert(key, self.table.key(key).cloned());
             }
             let ranking = self.table.key_or_insert_with(key, Vec::new);
             self.rows_held += ranker.offer(ranking, rows.row(r).data());
         }
+        // A (row, rank) is kept iff the other ranking holds the same row at
+        // that rank: what left (or moved), then what entered, per key.
         let mut changes: Vec<(&[u8], u64, Change)> = Vec::new();
-        let ranked = |ranking: &[Box<[u8]>]| -> Vec<(Box<[u8]>, u64)> {
-            (1..).zip(ranking).map(|(i, r)| (r.clone(), i)).collect()
-        };
-        let mut left_and_entered = Vec::new();
         for (key, before) in &touched {
-            let now = ranked(self.table.key(key).map_or(&[][..], Vec::as_slice));
-            let was = ranked(before.as_deref().unwrap_or_default());
+            let was: &[Box<[u8]>] = before.as_deref().unwrap_or_default();
+            let now: &[Box<[u8]>] = self.table.key(key).map_or(&[], Vec::as_slice);
             let entered = match before {
                 Some(_) => Change::After,
                 None => Change::Insert,
             };
-            left_and_entered.push((was, now, entered));
-        }
-        for (was, now, entered) in &left_and_entered {
-            for (row, rank) in was.iter().filter(|p| !now.contains(p)) {
-                changes.push((row.as_ref(), *rank, Change::Before));
+            for (rank, row) in (1..).zip(was) {
+                if now.get(rank as usize - 1) != Some(row) {
+                    changes.push((row, rank, Change::Before));
+                }
             }
-            for (row, rank) in now.iter().filter(|p| !was.contains(p)) {
-                changes.push((row.as_ref(), *rank, *entered));
+            for (rank, row) in (1..).zip(now) {
+                if was.get(rank as usize - 1) != Some(row) {
+                    changes.push((row, rank, entered));
+                }
             }
         }
         for chunk in changes.chunks(OUTPUT_BATCH) {

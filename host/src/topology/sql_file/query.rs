@@ -499,11 +499,15 @@ impl Translator<'_> {
                         // integer mean is truncated): SUM / COUNT, which
                         // DataFusion divides as integers or as floats.
                         Some((sum, count)) => {
-                            let (sum, count) = (intern(&sum), intern(&count));
-                            Parser::new(&GenericDialect {})
-                                .try_with_sql(&format!("\"{sum}\" / NULLIF(\"{count}\", 0)"))
-                                .and_then(|mut p| p.parse_expr())
-                                .unwrap_or_else(|_| Expr::Identifier(Ident::with_quote('"', sum)))
+                            let nullif = nonzero(&count, intern(&count));
+                            Expr::BinaryOp {
+                                left: Box::new(Expr::Identifier(Ident::with_quote(
+                                    '"',
+                                    intern(&sum),
+                                ))),
+                                op: BinaryOperator::Divide,
+                                right: Box::new(nullif),
+                            }
                         }
                         None => Expr::Identifier(Ident::with_quote('"', intern(f))),
                     };
@@ -758,6 +762,27 @@ fn flink_average(f: &Function) -> Option<(Function, Function)> {
         g
     };
     Some((named("sum"), named("count")))
+}
+
+/// `NULLIF("column", 0)`, spelled as a call like `template` (a division by
+/// a count of nothing is NULL, as AVG of nothing is).
+fn nonzero(template: &Function, column: String) -> Expr {
+    let mut f = template.clone();
+    f.name = datafusion::sql::sqlparser::ast::ObjectName::from(vec![Ident::new("NULLIF")]);
+    f.filter = None;
+    f.args = FunctionArguments::List(datafusion::sql::sqlparser::ast::FunctionArgumentList {
+        duplicate_treatment: None,
+        args: vec![
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(Ident::with_quote(
+                '"', column,
+            )))),
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
+                datafusion::sql::sqlparser::ast::Value::Number("0".into(), false),
+            ))),
+        ],
+        clauses: vec![],
+    });
+    Expr::Function(f)
 }
 
 /// How the window or updating stage computes aggregate `f` over its one

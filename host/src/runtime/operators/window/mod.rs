@@ -308,10 +308,7 @@ impl Operator for WindowAggregate {
                 continue;
             }
             let t = times.value(row);
-            let key: &[u8] = match self.hasher.is_global() {
-                true => &[],
-                false => rows.row(row).data(),
-            };
+            let key = self.hasher.key_of(&rows, row);
             if self.slice != self.size {
                 // Sliced: one fold, into the slice, unless every window
                 // holding the row has fired (the last one starts at the
