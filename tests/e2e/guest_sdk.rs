@@ -245,17 +245,30 @@ pub fn assert_the_second_start_is_cached(wasm: &Path, language: &str) {
     );
 }
 
-/// `wasm` (a step whose config `url` it GETs once per batch, appending
-/// `<status> <body>` as a column `answer`) reaches a loopback server under
-/// its `allow_http` grant, and is refused outside it: the plugin sees the
-/// refusal as its language's network error, the host's log names it.
-pub fn assert_fetches_only_under_its_http_grant(wasm: &Path, refused_says: &str) {
+/// A loopback server answering `GET /v1/hello` with `200 hello` (and 404
+/// elsewhere), for the network-grant tests of every language.
+pub fn hello_server() -> crate::http_server::HttpServer {
     use crate::http_server::{HttpServer, Reply};
-    let server = HttpServer::start(|request| match request.path.as_str() {
+    HttpServer::start(|request| match request.path.as_str() {
         "/v1/hello" => Reply::Answer("200 OK", String::new(), b"hello".to_vec()),
         _ => Reply::Answer("404 Not Found", String::new(), b"no".to_vec()),
-    });
-    let topology = |grant: &str| {
+    })
+}
+
+/// `wasm` (a step that fetches `/v1/hello` from [`hello_server`] once per
+/// batch, as its `config` says, appending `<status> <body>` as a column
+/// `answer`) reaches the server when its node's `grant` key (`allow_http`,
+/// `allow_connect`) is `[granted]`, and is refused under `[ungranted]`: the
+/// run fails and its log holds each of `refused` (the host's refusal, the
+/// plugin's own error).
+pub fn assert_answers_only_under_its_grant(
+    wasm: &Path,
+    grant: &str,
+    (granted, ungranted): (&str, &str),
+    config: &str,
+    refused: &[&str],
+) {
+    let topology = |allowed: &str| {
         format!(
             r#"
 [sources.nums]
@@ -265,8 +278,8 @@ config = {{ kind = "sequence", events = 3 }}
 [stages.fetch]
 input = "nums"
 path = "{wasm}"
-allow_http = ["{grant}"]
-config = {{ url = "{url}" }}
+{grant} = ["{allowed}"]
+config = {config}
 
 [sinks.out]
 input = "fetch"
@@ -275,11 +288,10 @@ allow_write = ["out"]
 config = {{ path = "out" }}
 "#,
             wasm = wasm.display(),
-            url = server.url("/v1/hello"),
         )
     };
     let s = Scratch::new();
-    s.write("t.toml", &topology(&server.url("/v1/")));
+    s.write("t.toml", &topology(granted));
     let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
     assert_exit(&run, 0);
     let lines = s.output_lines("out");
@@ -289,13 +301,25 @@ config = {{ path = "out" }}
         "{lines:?}"
     );
     let s = Scratch::new();
-    s.write("t.toml", &topology(&server.url("/v2/")));
+    s.write("t.toml", &topology(ungranted));
     let run = fvhost(&s, &["run", "t.toml", "--no-progress"]);
     assert_exit(&run, 1);
-    assert!(
-        run.stderr.contains("the sandbox refused an HTTP GET to ")
-            && run.stderr.contains(refused_says),
-        "{}",
-        run.stderr
+    for says in refused {
+        assert!(run.stderr.contains(says), "{says:?} in {}", run.stderr);
+    }
+}
+
+/// `wasm` (a step whose config `url` it GETs once per batch) reaches a
+/// loopback server under its `allow_http` grant, and is refused outside
+/// it: the plugin sees the refusal as its language's network error
+/// (`refused_says`), the host's log names it.
+pub fn assert_fetches_only_under_its_http_grant(wasm: &Path, refused_says: &str) {
+    let server = hello_server();
+    assert_answers_only_under_its_grant(
+        wasm,
+        "allow_http",
+        (&server.url("/v1/"), &server.url("/v2/")),
+        &format!("{{ url = \"{}\" }}", server.url("/v1/hello")),
+        &["the sandbox refused an HTTP GET to ", refused_says],
     );
 }

@@ -3,7 +3,9 @@
 //! publish → resolve by `ns:name@version` → run, its rows checked against
 //! the input; a row-at-a-time step that raises on some rows has exactly
 //! those rows dead-lettered; a Python source runs, resumes and rejects
-//! records; the compiled-component cache makes the second start fast.
+//! records; the compiled-component cache makes the second start fast; a
+//! step reaches a local server over HTTP (`fv_plugin.http`, `--network`)
+//! and over TCP (Python's `socket`) only through its node's grants.
 //!
 //! componentize-py comes from `tests/run` (pinned, into its tool cache):
 //! `$FVHOST_COMPONENTIZE_PY`, else `$FVHOST_TOOLS/componentize-py/bin/`,
@@ -17,8 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::guest_sdk::{
-    BIDS, assert_exactly_the_poison_rows_are_dead_lettered, assert_price_filter_output,
-    assert_the_second_start_is_cached, build_once, fvhost, hash_tree, json, write_raw_bids,
+    BIDS, assert_answers_only_under_its_grant, assert_exactly_the_poison_rows_are_dead_lettered,
+    assert_fetches_only_under_its_http_grant, assert_price_filter_output,
+    assert_the_second_start_is_cached, build_once, fvhost, hash_tree, hello_server, json,
+    write_raw_bids,
 };
 use crate::support::{Scratch, assert_exit, int_column, repo};
 
@@ -52,6 +56,11 @@ fn componentize_py() -> PathBuf {
 /// Build `module` (a path under `plugins/sdk-python`) as a `kind` component,
 /// once per content of the SDK and the module.
 fn build(module: &str, kind: &str) -> PathBuf {
+    build_with(module, kind, &[])
+}
+
+/// [`build`] with more `python -m fv_plugin build` flags (`--network`).
+fn build_with(module: &str, kind: &str, flags: &[&str]) -> PathBuf {
     let sdk = sdk_dir();
     let mut h = DefaultHasher::new();
     hash_tree(&sdk.join("fv_plugin"), &mut h, &["__pycache__"]);
@@ -59,6 +68,7 @@ fn build(module: &str, kind: &str) -> PathBuf {
         .expect("module")
         .hash(&mut h);
     kind.hash(&mut h);
+    flags.hash(&mut h);
     COMPONENTIZE_PY_VERSION.hash(&mut h);
     build_once("python-plugins", module, &h, "componentize-py", |out| {
         // Checked only when building: a cached component needs no toolchain.
@@ -84,6 +94,7 @@ fn build(module: &str, kind: &str) -> PathBuf {
             .arg(out)
             .arg("--componentize-py")
             .arg(&tool)
+            .args(flags)
             .env("PYTHONPATH", &sdk);
         command
     })
@@ -227,6 +238,39 @@ fn a_python_batch_step_that_raises_on_some_rows_has_exactly_those_dead_lettered(
     assert_exactly_the_poison_rows_are_dead_lettered(&wasm, |seq| {
         format!("ValueError: seq {seq} is poison (at poison_batch.py:")
     });
+}
+
+/// A step built with `--network` sends requests with `fv_plugin.http`
+/// through the host's wasi:http under the node's `allow_http`; outside it
+/// the request raises `HttpError("HTTP-request-denied")`.
+#[test]
+fn a_python_step_fetches_under_its_http_grant_only() {
+    let wasm = build_with("tests/plugins/fetcher.py", "step", &["--network"]);
+    assert_fetches_only_under_its_http_grant(&wasm, "HTTP-request-denied");
+}
+
+/// Python's own `socket.create_connection` (a host name given as `str`,
+/// which needs the SDK's ASCII `idna` codec in a component) reaches a
+/// granted host:port through wasi:sockets, name resolved by the host; a
+/// port no grant names is refused, the host logging what and why.
+#[test]
+fn a_python_step_connects_over_tcp_under_its_connect_grant_only() {
+    let wasm = build("tests/plugins/tcp_fetcher.py", "step");
+    let server = hello_server();
+    let port = server.port;
+    assert_answers_only_under_its_grant(
+        &wasm,
+        "allow_connect",
+        (
+            &format!("localhost:{port}"),
+            &format!("localhost:{}", port.wrapping_add(1)),
+        ),
+        &format!(r#"{{ host = "localhost", port = {port}, path = "/v1/hello" }}"#),
+        &[
+            &format!("the sandbox refused a TCP connection to 127.0.0.1:{port}"),
+            "Permission denied",
+        ],
+    );
 }
 
 #[test]

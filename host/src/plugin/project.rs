@@ -226,8 +226,18 @@ impl PluginProject {
         Ok(output)
     }
 
+    /// Whether `plugin.toml` declares the `network` capability.
+    fn declares_network(&self) -> bool {
+        self.spec
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|c| c == "network"))
+    }
+
     /// `python3 -m fv_plugin build MAIN --kind K -o OUT`, with the project
-    /// directory (where the scaffold vendors the SDK) first on the path.
+    /// directory (where the scaffold vendors the SDK) first on the path;
+    /// `--network` (a world importing wasi:http, for `fv_plugin.http`)
+    /// when the project declares the `network` capability.
     fn python_command(&self, kind: PluginKind, out: &Path) -> Command {
         let python = std::env::var_os("FVHOST_PYTHON").unwrap_or_else(|| "python3".into());
         let mut command = Command::new(python);
@@ -236,6 +246,9 @@ impl PluginProject {
             .arg(&self.main)
             .args(["--kind", kind.as_str(), "-o"])
             .arg(out);
+        if self.declares_network() {
+            command.arg("--network");
+        }
         if let Some(tool) = std::env::var_os("FVHOST_COMPONENTIZE_PY") {
             command.arg("--componentize-py").arg(tool);
         }
@@ -311,6 +324,26 @@ mod tests {
         assert!(p.spec.splits_in_turn);
         let e = project(&format!("{source}splits = \"sideways\"\n")).expect_err("refused");
         assert!(e.to_string().contains("in-turn"), "{e}");
+    }
+
+    /// A Python project declaring the `network` capability is built for the
+    /// world that imports wasi:http (`fv_plugin.http` needs it); one that
+    /// does not, for the plain world.
+    #[test]
+    fn a_python_project_declaring_network_builds_the_network_world() {
+        let base = "[plugin]\npackage = \"acme:x\"\nversion = \"0.1.0\"\nkind = \"step\"\nlanguage = \"python\"\nmain = \"main.py\"\n";
+        let args = |text: &str| -> Vec<String> {
+            let p = project(text).expect("loads");
+            p.python_command(PluginKind::Step, Path::new("out.wasm"))
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let with = args(&format!("{base}capabilities = [\"files\", \"network\"]\n"));
+        assert!(with.contains(&"--network".to_string()), "{with:?}");
+        let without = args(&format!("{base}capabilities = [\"files\"]\n"));
+        assert!(!without.contains(&"--network".to_string()), "{without:?}");
+        assert!(!args(base).contains(&"--network".to_string()));
     }
 
     /// A JavaScript project whose `npm install` has not run is refused

@@ -31,7 +31,7 @@ A step that keeps rows whose price is above a threshold::
             return fv.Keep([p is not None and p > self.config.min_price for p in batch["price"]])
 """
 
-from . import ipc, log
+from . import ipc, log, net
 from .arrow import (
     BINARY,
     BOOL,
@@ -93,9 +93,13 @@ from .plugin import (
 CONTRACT_VERSION = "0.4.1"
 __version__ = "0.1.0"
 
+# A component's Python has no `idna` codec, so socket calls with a str host fail without this.
+net.install_ascii_idna()
+
 __all__ = [
     "ipc",
     "log",
+    "net",
     "DataType",
     "Field",
     "Schema",

@@ -8,6 +8,9 @@ fvhost metadata yet: ``fvhost plugin package`` adds the package name,
 version and config schema a registry needs.
 
     python -m fv_plugin build price_filter.py --kind step -o price_filter.wasm
+
+``--network`` builds the ``<kind>-plugin-network`` world instead, which
+also imports ``wasi:http/outgoing-handler`` for :mod:`fv_plugin.http`.
 """
 
 from __future__ import annotations
@@ -40,22 +43,32 @@ def find_componentize_py(explicit: Optional[str] = None) -> str:
     return candidate
 
 
-def command(module: Path, kind: str, output: Path, componentize_py: str, paths: List[Path]) -> List[str]:
-    """The componentize-py command line that builds ``module``."""
+def command(module: Path, kind: str, output: Path, componentize_py: str, paths: List[Path], network: bool = False) -> List[str]:
+    """The componentize-py command line that builds ``module`` (for the
+    ``<kind>-plugin-network`` world, which imports ``wasi:http``, when
+    ``network``)."""
     if kind not in ("source", "sink", "step"):
         raise BuildError(f"--kind must be source, sink or step, not {kind!r}")
     if module.suffix != ".py" or not module.is_file():
         raise BuildError(f"{module}: not a Python file")
     if module.stem in ("source", "sink", "step"):
         raise BuildError(f"{module}: a plugin module may not be called {module.stem}.py (the SDK's glue module is)")
-    cmd = [componentize_py, "-d", str(WIT_DIR), "-w", f"{kind}-plugin", "componentize", module.stem]
+    world = f"{kind}-plugin-network" if network else f"{kind}-plugin"
+    cmd = [componentize_py, "-d", str(WIT_DIR), "-w", world, "componentize", module.stem]
     for p in [module.resolve().parent, *paths, SDK_ROOT, GLUE_DIR]:
         cmd += ["-p", str(p)]
     return cmd + ["-o", str(output)]
 
 
-def build(module: Path, kind: str, output: Path, componentize_py: Optional[str] = None, paths: Optional[List[Path]] = None) -> None:
-    cmd = command(module, kind, output, find_componentize_py(componentize_py), paths or [])
+def build(
+    module: Path,
+    kind: str,
+    output: Path,
+    componentize_py: Optional[str] = None,
+    paths: Optional[List[Path]] = None,
+    network: bool = False,
+) -> None:
+    cmd = command(module, kind, output, find_componentize_py(componentize_py), paths or [], network)
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         # componentize-py prints a Rust backtrace after the Python error; the error comes first.
@@ -70,10 +83,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("-o", "--output", type=Path, help="the .wasm to write [default: <module>.wasm]")
     parser.add_argument("-p", "--path", type=Path, action="append", default=[], help="more directories of Python modules to bundle")
     parser.add_argument("--componentize-py", help="the componentize-py executable")
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="import wasi:http, so fv_plugin.http can send requests (the node grants them with allow_http; "
+        "package with --capabilities network)",
+    )
     args = parser.parse_args(argv)
     output = args.output or args.module.with_suffix(".wasm")
     try:
-        build(args.module, args.kind, output, args.componentize_py, args.path)
+        build(args.module, args.kind, output, args.componentize_py, args.path, args.network)
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

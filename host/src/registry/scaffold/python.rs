@@ -50,12 +50,20 @@ const SDK: &[(&str, &str)] = &[
         include_str!("../../../../plugins/sdk-python/fv_plugin/config.py"),
     ),
     (
+        "fv_plugin/http.py",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/http.py"),
+    ),
+    (
         "fv_plugin/ipc.py",
         include_str!("../../../../plugins/sdk-python/fv_plugin/ipc.py"),
     ),
     (
         "fv_plugin/log.py",
         include_str!("../../../../plugins/sdk-python/fv_plugin/log.py"),
+    ),
+    (
+        "fv_plugin/net.py",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/net.py"),
     ),
     (
         "fv_plugin/plugin.py",
@@ -76,6 +84,40 @@ const SDK: &[(&str, &str)] = &[
     (
         "fv_plugin/wit/deps/host/objects.wit",
         include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/host/objects.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-cli/cli.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-cli/cli.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-clocks/clocks.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-clocks/clocks.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-filesystem/filesystem.wit",
+        include_str!(
+            "../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-filesystem/filesystem.wit"
+        ),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-http/http.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-http/http.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-io/io.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-io/io.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-random/random.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-random/random.wit"),
+    ),
+    (
+        "fv_plugin/wit/deps/wasi-sockets/sockets.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/deps/wasi-sockets/sockets.wit"),
+    ),
+    (
+        "fv_plugin/wit/network.wit",
+        include_str!("../../../../plugins/sdk-python/fv_plugin/wit/network.wit"),
     ),
     (
         "fv_plugin/wit/plugin.wit",

@@ -3,7 +3,10 @@ resource ``source`` wraps the class given to ``fv_plugin.export_source``."""
 
 from componentize_py_types import Err
 from wit_world.exports import source as wit
-from wit_world.imports import types as wit_types
+try:  # a --network world also imports wasi:http's `types`, so ours is renamed
+    from wit_world.imports import fv_plugin_types as wit_types
+except ImportError:
+    from wit_world.imports import types as wit_types
 
 from fv_plugin import _adapt, ipc
 from fv_plugin.config import ConfigError

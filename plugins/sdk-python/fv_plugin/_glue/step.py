@@ -4,7 +4,10 @@ resource ``step`` wraps the class given to ``fv_plugin.export_step``."""
 
 from componentize_py_types import Err
 from wit_world.exports import step as wit
-from wit_world.imports import types as wit_types
+try:  # a --network world also imports wasi:http's `types`, so ours is renamed
+    from wit_world.imports import fv_plugin_types as wit_types
+except ImportError:
+    from wit_world.imports import types as wit_types
 
 from fv_plugin import _adapt, log
 from fv_plugin.config import ConfigError
