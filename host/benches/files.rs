@@ -24,10 +24,14 @@
 //! over one CSV file and over one five times as large, each run a process
 //! of its own, with `file-source` reading its byte ranges in turn and, for
 //! the comparison, re-packaged to hold the watermark back by every range
-//! (`FV_BENCH_QUERIES=memory`; it writes the larger file once). Figures
-//! are printed, never asserted.
+//! (`FV_BENCH_QUERIES=memory`; it writes the larger file once). Then
+//! restart at size: keyed state built, SIGKILL, restart, the time to the
+//! first output row and to full throughput (`FV_BENCH_QUERIES=restart`,
+//! [`restart`]). Figures are printed, never asserted.
 
 mod common;
+#[path = "files/restart.rs"]
+mod restart;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -440,6 +444,12 @@ fn main() {
         .is_none_or(|o| o.iter().any(|n| n == "memory"))
     {
         memory(&engine, rows, &csv);
+    }
+    if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "restart"))
+    {
+        restart::restart();
     }
 }
 

@@ -212,6 +212,42 @@ fn a_sink_whose_commit_keeps_failing_fails_the_restart_naming_sink_and_epoch() {
     assert_same_as_reference(&s, "after the sink could commit again");
 }
 
+/// A stage task that fails, or dies, while restoring its state on a
+/// restart (the window stage's two tasks restore side by side) fails that
+/// restart naming the epoch; the next one restores, and the output is whole.
+#[test]
+fn a_task_failing_to_restore_its_state_fails_the_restart_and_the_next_resumes() {
+    for mode in [Mode::Crash, Mode::Fail] {
+        let s = Scratch::new();
+        let crashed = run_with_fault(&s, "after-manifest", Mode::Crash);
+        assert_ne!(crashed.code, 0, "{}", crashed.stderr);
+        s.write("t.toml", &windows(0).replace(", rate = 0", ""));
+        let var = match mode {
+            Mode::Crash => "FVHOST_CRASH_AT",
+            Mode::Fail => "FVHOST_FAIL_AT",
+        };
+        let fault = format!("task-restore:{EPOCH}");
+        let faulted = s.fvhost_env(&["run", "t.toml", "--no-progress"], &[(var, &fault)]);
+        match mode {
+            Mode::Crash => assert_ne!(faulted.code, 0, "{}", faulted.stderr),
+            Mode::Fail => {
+                assert_exit(&faulted, 1);
+                assert!(
+                    faulted.stderr.contains(&format!(
+                        "restoring epoch {EPOCH}: stage `per_auction`: injected fault at task-restore of epoch {EPOCH}"
+                    )),
+                    "{}",
+                    faulted.stderr
+                );
+            }
+        }
+        let resumed = restart(&s);
+        assert_exit(&resumed, 0);
+        assert_eq!(resumed_after(&resumed), Some(EPOCH), "{}", resumed.stderr);
+        assert_same_as_reference(&s, &format!("{mode:?} while restoring"));
+    }
+}
+
 /// A typo in a fault point must not make a test pass vacuously.
 #[test]
 fn an_unknown_fault_point_is_refused() {

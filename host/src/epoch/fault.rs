@@ -14,7 +14,8 @@
 //! committed; no sink has been told), `sink-commit` (before a sink's
 //! `commit`, at run time or replayed on restore), `after-sink-commit`,
 //! `source-committed` (before a source hears the epoch committed),
-//! `retain` (removing old checkpoints).
+//! `retain` (removing old checkpoints), and on a restart `task-restore`
+//! (a stage task about to restore its state of the epoch resumed from).
 //!
 //! Unset, a point costs one load of an initialised `OnceLock`. This module
 //! never decides what a failure means: the caller's normal error path does.
@@ -34,6 +35,7 @@ pub const POINTS: &[&str] = &[
     "after-sink-commit",
     "source-committed",
     "retain",
+    "task-restore",
 ];
 
 /// An injected failure (from `FVHOST_FAIL_AT`).

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::{EpochError, EpochStore, Manifest};
-use crate::state::{StateObject, StateSnapshot};
+use crate::state::{SavedObject, StateSnapshot};
 
 /// A manifest with the verified bytes of all its state objects.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct Restored {
     /// The manifest.
     pub manifest: Manifest,
     /// Stage → (object, its bytes), checksums verified.
-    pub state: BTreeMap<String, Vec<(StateObject, Vec<u8>)>>,
+    pub state: BTreeMap<String, Vec<SavedObject>>,
     /// Newer epochs that were skipped, with why.
     pub skipped: Vec<(u64, String)>,
 }
@@ -59,7 +59,7 @@ pub fn restorable_at(
     }))
 }
 
-type StageBytes = BTreeMap<String, Vec<(StateObject, Vec<u8>)>>;
+type StageBytes = BTreeMap<String, Vec<SavedObject>>;
 
 /// The epoch's manifest and state; `Ok(Err(reason))` when the epoch is
 /// unusable (torn manifest, missing or corrupt object), `Err` when the
@@ -80,7 +80,7 @@ fn load(
     let mut state = StageBytes::new();
     for (stage, s) in &manifest.state {
         for object in &s.objects {
-            let bytes = match store.get(&object.key) {
+            let bytes = match store.get_shared(&object.key) {
                 Ok(b) => b,
                 Err(e) => return unusable(e).map(Err),
             };

@@ -380,13 +380,18 @@ impl EpochStore {
 
     /// Read an object.
     pub fn get(&self, key: &str) -> Result<Vec<u8>, EpochError> {
+        self.get_shared(key).map(|b| b.to_vec())
+    }
+
+    /// Read an object as shared bytes: no copy, and clones that share
+    /// them (state a restore hands to several tasks).
+    pub fn get_shared(&self, key: &str) -> Result<bytes::Bytes, EpochError> {
         let path = self.path(key);
         self.runtime
             .block_on(async {
                 let r = self.store.get(&path).await?;
                 r.bytes().await
             })
-            .map(|b| b.to_vec())
             .map_err(|e| self.err("reading", key, e))
     }
 
@@ -723,7 +728,7 @@ mod tests {
         let restored = newest_restorable(&store).expect("restore").expect("some");
         let bytes: Vec<Vec<u8>> = restored.state["agg"]
             .iter()
-            .map(|(_, b)| b.clone())
+            .map(|(_, b)| b.to_vec())
             .collect();
         assert_eq!(bytes, vec![vec![3], vec![4], vec![5]]);
     }

@@ -19,8 +19,8 @@ use super::operator::TaskError;
 use super::operators::rows::{saved_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{
-    SnapshotKind, StateError, StateFormat, StateObject, StateSnapshot, StateTable, ValueCodec,
-    VnodeRange, WriterWatermarks,
+    SavedObject, SnapshotKind, StateError, StateFormat, StateObject, StateSnapshot, StateTable,
+    ValueCodec, VnodeRange, WriterWatermarks,
 };
 
 /// Restored snapshot batches in epoch order, each with the vnodes its
@@ -37,7 +37,7 @@ pub struct StateContext {
     pub vnodes: VnodeRange,
     /// State objects of the restored epoch whose vnodes overlap this task's
     /// (checksums verified); rows outside `vnodes` belong to other tasks.
-    pub restored: Vec<(StateObject, Vec<u8>)>,
+    pub restored: Vec<SavedObject>,
     /// The objects this task's state is made of since its last full
     /// snapshot: that snapshot, then one delta per epoch.
     chain: Vec<StateObject>,
@@ -54,15 +54,15 @@ impl StateContext {
         stage: &str,
         task: u32,
         parallelism: usize,
-        restored: &[(StateObject, Vec<u8>)],
+        restored: &[SavedObject],
         store: EpochStore,
         acks: Sender<Ack>,
         control: Arc<RunControl>,
     ) -> Self {
         let vnodes = VnodeRange::of_task(task as usize, parallelism);
-        // Copy only the objects this task needs, not the whole stage's; in
-        // epoch order, so each delta lands on the state before it.
-        let mut restored: Vec<(StateObject, Vec<u8>)> = restored
+        // Only the objects this task needs (their bytes shared, not
+        // copied); in epoch order, so each delta lands on the state before it.
+        let mut restored: Vec<SavedObject> = restored
             .iter()
             .filter(|(o, _)| o.vnodes.overlaps(&vnodes))
             .cloned()
@@ -124,11 +124,17 @@ impl StateContext {
         scope_column: Option<&'static str>,
     ) -> Result<StateTable<C>, TaskError> {
         let mut table = StateTable::new(codec, scope_column, self.vnodes);
-        let (batches, writers) = self.take_restored()?;
-        for (batch, written_for) in &batches {
-            table
-                .restore(batch, *written_for)
-                .map_err(|e| self.state_error(e))?;
+        let mut writers = WriterWatermarks::default();
+        // One object at a time: its decoded batches and bytes are dropped
+        // before the next is read, so a restore holds the table and one
+        // object, not every object decoded at once.
+        for (object, bytes) in std::mem::take(&mut self.restored) {
+            for batch in self.decode(&object, &bytes)? {
+                writers.record(object.vnodes, saved_watermark(&batch));
+                table
+                    .restore(&batch, object.vnodes)
+                    .map_err(|e| self.state_error(e))?;
+            }
         }
         table.restore_watermarks(writers);
         Ok(table)
@@ -169,17 +175,21 @@ impl StateContext {
         format: &StateFormat,
         table: &mut StateTable<C>,
     ) -> Result<(), TaskError> {
-        let kind = self.next_kind();
+        let kind = self.next_kind(table.changed(), table.len());
         let snapshot = self.snapshot_as(epoch, table, kind)?;
         table.mark_saved();
         self.send(epoch, format.id(), snapshot, kind);
         Ok(())
     }
 
-    /// What the next snapshot must be: whole at the start of a chain and
-    /// every `checkpoint.full_every` epochs, else only what changed.
-    pub fn next_kind(&self) -> SnapshotKind {
-        match self.chain.is_empty() || self.chain.len() >= self.full_every {
+    /// What the next snapshot must be: whole at the start of a chain,
+    /// every `checkpoint.full_every` epochs, and when `changed` of the
+    /// `entries` held are half of them or more (such a delta costs what the
+    /// whole does to write, and a restore would read both); else only what
+    /// changed.
+    pub fn next_kind(&self, changed: usize, entries: usize) -> SnapshotKind {
+        let chain_ends = self.chain.is_empty() || self.chain.len() >= self.full_every;
+        match chain_ends || (entries > 0 && changed >= entries.div_ceil(2)) {
             true => SnapshotKind::Full,
             false => SnapshotKind::Delta,
         }
@@ -192,17 +202,21 @@ impl StateContext {
         let mut batches = Vec::new();
         let mut writers = WriterWatermarks::default();
         for (object, bytes) in std::mem::take(&mut self.restored) {
-            let decoded =
-                StateSnapshot::decode(&object, &bytes).map_err(|source| TaskError::Snapshot {
-                    stage: self.stage.clone(),
-                    source,
-                })?;
-            for batch in decoded {
+            for batch in self.decode(&object, &bytes)? {
                 writers.record(object.vnodes, saved_watermark(&batch));
                 batches.push((batch, object.vnodes));
             }
         }
         Ok((batches, writers))
+    }
+
+    /// The batches of a restored object (its checksum was verified when
+    /// it was read).
+    fn decode(&self, object: &StateObject, bytes: &[u8]) -> Result<Vec<RecordBatch>, TaskError> {
+        StateSnapshot::decode_verified(object, bytes).map_err(|source| TaskError::Snapshot {
+            stage: self.stage.clone(),
+            source,
+        })
     }
 
     /// Encode this task's state of `epoch` — `columns` of `schema`, taken
@@ -279,5 +293,56 @@ impl StateContext {
                     )),
                 }
             });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(epoch: u64) -> StateObject {
+        StateObject {
+            task: 0,
+            vnodes: VnodeRange::of_task(0, 1),
+            key: format!("state/{epoch}"),
+            sha256: String::new(),
+            bytes: 0,
+            epoch,
+            delta: epoch > 1,
+        }
+    }
+
+    /// A chain starts whole and restarts whole every `full_every` epochs;
+    /// between, a snapshot is a delta unless half the entries or more
+    /// changed: then it is whole (it costs the same to write, and a restart
+    /// reads it alone instead of it and the chain before it).
+    #[test]
+    fn a_delta_of_half_the_entries_or_more_is_written_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("store");
+        let (acks, _acks) = crossbeam_channel::unbounded();
+        let mut ctx =
+            StateContext::new("s", 0, 1, &[], store, acks, Arc::default()).with_full_every(4);
+        assert_eq!(
+            ctx.next_kind(0, 100),
+            SnapshotKind::Full,
+            "a chain starts whole"
+        );
+        ctx.chain.push(object(1));
+        assert_eq!(ctx.next_kind(10, 100), SnapshotKind::Delta);
+        assert_eq!(ctx.next_kind(49, 100), SnapshotKind::Delta);
+        assert_eq!(ctx.next_kind(50, 100), SnapshotKind::Full);
+        assert_eq!(ctx.next_kind(3, 5), SnapshotKind::Full);
+        assert_eq!(
+            ctx.next_kind(0, 0),
+            SnapshotKind::Delta,
+            "nothing held, nothing changed"
+        );
+        ctx.chain.extend([object(2), object(3), object(4)]);
+        assert_eq!(
+            ctx.next_kind(0, 100),
+            SnapshotKind::Full,
+            "every full_every epochs"
+        );
     }
 }

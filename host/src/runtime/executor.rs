@@ -32,7 +32,7 @@ use crate::epoch::{
 };
 use crate::plugin::LoadedPlugin;
 use crate::plugin::{FailureKind, PluginError, SourceInstance, SourcePoll};
-use crate::state::{KeyHasher, StateObject};
+use crate::state::{KeyHasher, SavedObject};
 use crate::topology::{Settings, Topology};
 use arrow::datatypes::SchemaRef;
 
@@ -379,19 +379,32 @@ fn run_job(
 /// state objects by stage, and each source task's split positions.
 struct Resume {
     manifest: Option<Manifest>,
-    state: BTreeMap<String, Vec<(StateObject, Vec<u8>)>>,
+    state: BTreeMap<String, Vec<SavedObject>>,
     positions: TaskPositions,
     /// The run's first epoch.
     first_epoch: u64,
 }
 
+/// A stage task's operator, its state restored, or why it could not be.
+type BuiltOperator = Result<Box<dyn Operator>, TaskError>;
+
 /// Find the newest restorable epoch, drop newer ones, check that the plan
 /// can resume from it and hand the plan's sinks their handles.
 fn resume(plan: &mut Plan, store: &EpochStore) -> Result<Resume, RunError> {
+    let began = std::time::Instant::now();
     let (manifest, state) = match newest_restorable(store)? {
         Some(r) => (Some(r.manifest), r.state),
         None => (None, BTreeMap::new()),
     };
+    if let Some(m) = &manifest {
+        let bytes: usize = state.values().flatten().map(|(_, b)| b.len()).sum();
+        tracing::info!(
+            epoch = m.epoch,
+            state_bytes = bytes,
+            millis = began.elapsed().as_millis() as u64,
+            "read and verified the epoch's state"
+        );
+    }
     // Epochs newer than the one resumed from never committed (partial) or
     // cannot be used (corrupt): their objects must not linger.
     store.discard_after(manifest.as_ref().map(|m| m.epoch))?;
@@ -418,7 +431,7 @@ fn resume_round(
 fn resume_from(
     plan: &mut Plan,
     manifest: Option<Manifest>,
-    state: BTreeMap<String, Vec<(StateObject, Vec<u8>)>>,
+    state: BTreeMap<String, Vec<SavedObject>>,
     owned: &Owned,
 ) -> Result<Resume, RunError> {
     let mut positions = BTreeMap::new();
@@ -846,7 +859,9 @@ impl<'a> Launch<'a> {
     }
 
     /// Start every task of a stage; a stateful one restores its vnodes'
-    /// state first.
+    /// state first, the stage's tasks side by side (each decodes its own
+    /// objects into its own table), so a restart takes the time of one
+    /// task's share, not of the whole stage's.
     fn stage(
         &mut self,
         stage: PlannedStage,
@@ -857,39 +872,87 @@ impl<'a> Launch<'a> {
     ) -> Result<(), RunError> {
         let parallelism = stage.tasks.len();
         let saved = resume.state.remove(&stage.name).unwrap_or_default();
-        for (i, task) in stage.tasks.into_iter().enumerate() {
-            if !self.owned.has(&stage.name, i) {
-                continue;
-            }
-            let emitter = wiring.emitter(&stage.name, i, metrics);
-            let inputs = wiring.inputs(&stage.name, i);
+        let name = stage.name.as_str();
+        let mine: Vec<(usize, StageTask)> = stage
+            .tasks
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.owned.has(name, *i))
+            .collect();
+        let stateful = mine.iter().any(|(_, t)| t.state_format().is_some());
+        let resumed = self.resumed;
+        let (acks, control) = (&self.acks, self.control);
+        let full_every = self.settings.checkpoint_full_every;
+        let build = |i: usize, task: StageTask| {
+            let began = std::time::Instant::now();
             let state_context = || {
                 StateContext::new(
-                    &stage.name,
+                    name,
                     i as u32,
                     parallelism,
                     &saved,
                     store.clone(),
-                    self.acks.clone(),
-                    Arc::clone(self.control),
+                    acks.clone(),
+                    Arc::clone(control),
                 )
-                .with_full_every(self.settings.checkpoint_full_every)
+                .with_full_every(full_every)
             };
-            let stateful = task.state_format().is_some();
-            let resumed = self.resumed;
-            let op = task
-                .operator(&stage.name, state_context)
-                .map_err(|e| match stateful {
-                    true => RunError::Restore {
-                        epoch: resumed,
+            let op = match stateful && resumed > 0 {
+                true => crate::epoch::fault_point("task-restore", resumed).map_err(|e| {
+                    TaskError::State {
+                        stage: name.to_string(),
                         message: e.to_string(),
-                    },
-                    false => RunError::Task(e.to_string()),
-                })?;
+                    }
+                }),
+                false => Ok(()),
+            }
+            .and_then(|()| task.operator(name, state_context));
+            if stateful && resumed > 0 && op.is_ok() {
+                tracing::info!(
+                    stage = %name,
+                    task = i,
+                    millis = began.elapsed().as_millis() as u64,
+                    "restored the task's state"
+                );
+            }
+            (i, op)
+        };
+        let built: Vec<(usize, BuiltOperator)> = if stateful && resumed > 0 && mine.len() > 1 {
+            std::thread::scope(|scope| {
+                let restoring: Vec<_> = mine
+                    .into_iter()
+                    .map(|(i, task)| (i, scope.spawn(move || build(i, task))))
+                    .collect();
+                restoring
+                    .into_iter()
+                    .map(|(i, handle)| {
+                        handle.join().unwrap_or_else(|_| {
+                            let panicked = TaskError::State {
+                                stage: name.to_string(),
+                                message: "restoring the task's state panicked".into(),
+                            };
+                            (i, Err(panicked))
+                        })
+                    })
+                    .collect()
+            })
+        } else {
+            mine.into_iter().map(|(i, task)| build(i, task)).collect()
+        };
+        for (i, op) in built {
+            let op = op.map_err(|e| match stateful {
+                true => RunError::Restore {
+                    epoch: resumed,
+                    message: e.to_string(),
+                },
+                false => RunError::Task(e.to_string()),
+            })?;
+            let emitter = wiring.emitter(name, i, metrics);
+            let inputs = wiring.inputs(name, i);
             self.state_tasks += usize::from(stateful);
             let control = Arc::clone(self.control);
             self.spawn(
-                format!("{}[{i}]", stage.name),
+                format!("{name}[{i}]"),
                 Box::new(move || operator_task(op, inputs, None, emitter, &control)),
             )?;
         }

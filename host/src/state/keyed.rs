@@ -170,6 +170,11 @@ impl KeyedState {
         self.values.len()
     }
 
+    /// Keys whose value changed since the last saved snapshot.
+    pub fn changed(&self) -> usize {
+        self.changed_values.len()
+    }
+
     /// Whether no key has a value and no timer is set.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty() && self.timers.is_empty()

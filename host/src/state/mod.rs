@@ -25,7 +25,7 @@ pub use keyed::{
     keyed_format,
 };
 
-pub use snapshot::{SnapshotError, StateObject, StateSnapshot};
+pub use snapshot::{SavedObject, SnapshotError, StateObject, StateSnapshot};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
 pub use writers::WriterWatermarks;

@@ -64,6 +64,11 @@ pub struct StateObject {
     pub delta: bool,
 }
 
+/// A state object read back for a restore: its record and its bytes,
+/// shared (tasks of a new parallelism read the objects whose vnodes
+/// overlap theirs without copying them).
+pub type SavedObject = (StateObject, bytes::Bytes);
+
 /// Encoded state of one task for one epoch.
 #[derive(Debug, Clone)]
 pub struct StateSnapshot {
@@ -97,6 +102,16 @@ impl StateSnapshot {
     /// Check `bytes` against `object`'s digest and decode them.
     pub fn decode(object: &StateObject, bytes: &[u8]) -> Result<Vec<RecordBatch>, SnapshotError> {
         Self::verify(object, bytes)?;
+        Self::decode_verified(object, bytes)
+    }
+
+    /// Decode `bytes` already checked against `object`'s digest (by
+    /// [`StateSnapshot::verify`] when they were read): hashing them again
+    /// would cost a restore as much as reading them.
+    pub fn decode_verified(
+        object: &StateObject,
+        bytes: &[u8],
+    ) -> Result<Vec<RecordBatch>, SnapshotError> {
         let arrow = |source| SnapshotError::Arrow {
             key: object.key.clone(),
             source,

@@ -93,7 +93,11 @@ impl Operator for KeyedWasmStep {
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
         let watermark = self.watermark;
-        let kind = self.ctx.next_kind();
+        let (changed, held) = {
+            let state = self.state()?;
+            (state.changed(), state.len())
+        };
+        let kind = self.ctx.next_kind(changed, held);
         let state = self.state()?;
         let columns = state.snapshot_columns(kind);
         state.mark_saved();

@@ -19,7 +19,7 @@ use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::{Message, Watermark};
 use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Downstream, Emitter, Operator};
-use crate::state::{KeyHasher, StateObject, VnodeRange};
+use crate::state::{KeyHasher, SavedObject, StateObject, VnodeRange};
 
 /// 2024-01-01 in epoch milliseconds: the base of generated times.
 pub const BASE_MS: i64 = 1_704_067_200_000;
@@ -121,11 +121,7 @@ impl Harness {
         h
     }
 
-    fn tasks(
-        &self,
-        parallelism: usize,
-        restored: &[(StateObject, Vec<u8>)],
-    ) -> Vec<Box<dyn Operator>> {
+    fn tasks(&self, parallelism: usize, restored: &[SavedObject]) -> Vec<Box<dyn Operator>> {
         let (acks, _) = unbounded();
         (0..parallelism)
             .map(|t| {
@@ -217,11 +213,11 @@ impl Harness {
 
     /// Task `task`'s object of the newest epoch, read back from the store
     /// once its background write is done.
-    fn saved_object(&self, task: u32, vnodes: VnodeRange) -> (StateObject, Vec<u8>) {
+    fn saved_object(&self, task: u32, vnodes: VnodeRange) -> SavedObject {
         use sha2::Digest;
         let key = EpochStore::state_key(self.epoch, "stage", task, vnodes);
         for _ in 0..1000 {
-            if let Ok(bytes) = self.store.get(&key) {
+            if let Ok(bytes) = self.store.get_shared(&key) {
                 let object = StateObject {
                     task,
                     vnodes,

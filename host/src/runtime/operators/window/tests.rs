@@ -23,7 +23,7 @@ use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::{Message, Watermark};
 use crate::runtime::metrics::StageMetrics;
 use crate::runtime::operator::{Downstream, Emitter, Operator};
-use crate::state::{KeyHasher, StateObject, VnodeRange};
+use crate::state::{KeyHasher, SavedObject, StateObject, VnodeRange};
 use crate::topology::{Aggregate, AggregateFn, WindowSpec};
 
 /// (window start ms, auction, bids, priced, top, volume, avg×1e6 rounded)
@@ -174,7 +174,7 @@ fn collect(rx: &Receiver<Message>, rows: &mut Vec<Row>) {
 fn tasks(
     plan: &WindowPlan,
     parallelism: usize,
-    restored: &[(StateObject, Vec<u8>)],
+    restored: &[SavedObject],
     store: &EpochStore,
 ) -> Vec<WindowAggregate> {
     let (acks, _) = unbounded();
@@ -270,7 +270,7 @@ proptest! {
         while start < rows {
             if start >= cut && ops.len() == before && cut > 0 {
                 // Checkpoint every task, then restore onto `after` tasks.
-                let objects: Vec<(StateObject, Vec<u8>)> = ops
+                let objects: Vec<SavedObject> = ops
                     .iter()
                     .map(|op| {
                         let snap = op.snapshot(1).expect("snapshot");
@@ -283,7 +283,7 @@ proptest! {
                             epoch: 1,
                             delta: false,
                         };
-                        (object, snap.bytes)
+                        (object, snap.bytes.into())
                     })
                     .collect();
                 ops = tasks(&plan, after, &objects, &store);
