@@ -294,18 +294,39 @@ impl<C: ValueCodec> StateTable<C> {
         key: &[u8],
         make: impl FnOnce() -> C::Value,
     ) -> &mut C::Value {
+        self.get_or_insert_flagged(scope, key, make).0
+    }
+
+    /// The value of `key` in `scope`, made by `make` if absent, and
+    /// whether it was.
+    fn get_or_insert_flagged(
+        &mut self,
+        scope: i64,
+        key: &[u8],
+        make: impl FnOnce() -> C::Value,
+    ) -> (&mut C::Value, bool) {
         let entries = self.scopes.entry(scope).or_default();
         if !entries.contains_key(key) {
             self.entries += 1;
             self.changes.written.push((scope, key.into()));
             let entry = Entry::new(KeyHasher::vnode_of(key), make());
-            return &mut entries.entry(key.into()).or_insert(entry).value;
+            return (&mut entries.entry(key.into()).or_insert(entry).value, true);
         }
         let Some(e) = entries.get_mut(key) else {
             unreachable!("present: checked above")
         };
         self.changes.mark(e, scope, key);
-        &mut e.value
+        (&mut e.value, false)
+    }
+
+    /// The value of `key` (state kept per key alone), made if absent, and
+    /// whether it was: one lookup where asking first would take two.
+    pub fn key_or_insert_flagged(
+        &mut self,
+        key: &[u8],
+        make: impl FnOnce() -> C::Value,
+    ) -> (&mut C::Value, bool) {
+        self.get_or_insert_flagged(NO_SCOPE, key, make)
     }
 
     /// The value of `key` (state kept per key alone), made if absent.

@@ -420,6 +420,33 @@ impl Aggregates {
             .collect()
     }
 
+    /// Whether `a` and `b` emit the same figures ([`Aggregates::finish`]'s
+    /// values: a `max` that folded a lower value is the same, though its
+    /// accumulator counted one more).
+    pub fn same_figures<G: Finished>(&self, a: &G, b: &G) -> bool {
+        self.list.iter().enumerate().all(|(i, f)| {
+            let (x, y) = (a.acc(i), b.acc(i));
+            let some = |acc: Acc| acc.count > 0;
+            match f.function {
+                AggregateFn::Count => x.count == y.count,
+                AggregateFn::CountDistinct => {
+                    let set = f.set.unwrap_or(0);
+                    a.distinct(set) == b.distinct(set)
+                }
+                AggregateFn::Avg => {
+                    let avg = |acc: Acc| some(acc).then(|| acc.float / acc.count as f64);
+                    avg(x) == avg(y)
+                }
+                _ if f.extreme.is_some() => {
+                    let e = f.extreme.as_ref().map_or(0, |(e, _)| *e);
+                    a.extreme(e) == b.extreme(e)
+                }
+                _ if f.int() => some(x).then_some(x.int) == some(y).then_some(y.int),
+                _ => some(x).then_some(x.float) == some(y).then_some(y.float),
+            }
+        })
+    }
+
     /// What `group` would emit now, kept apart from it (an updating
     /// aggregate's previous result): its accumulators and the size of each
     /// distinct set, not the sets.

@@ -59,6 +59,57 @@ fn applied(changes: &[arrow::array::RecordBatch], columns: &[&str]) -> Vec<Strin
     rows
 }
 
+/// A group whose figures a batch leaves as they were emits no change, as
+/// Flink's group aggregate: the same rows again leave every `max` as is.
+#[test]
+fn a_group_whose_figures_did_not_change_emits_nothing() {
+    let input = bids(3, 100, 5, 7, 0);
+    let top = crate::topology::raw_parse_aggregate("max(price) AS top").expect("aggregate");
+    let spec = UpdatingSpec {
+        key: vec!["auction".into()],
+        output: UpdatingOutput::Aggregates(vec![top]),
+    };
+    let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
+    let mut h = Harness::new(
+        StatefulPlan::Updating(plan),
+        vec![vec!["auction".into()]],
+        1,
+    );
+    h.feed(0, &input);
+    assert_eq!(text_rows(&h.output, &["op"]), vec!["+I"; 5]);
+    h.feed(0, &input);
+    assert_eq!(
+        text_rows(&h.output, &["op"]),
+        vec!["+I"; 5],
+        "no figure changed, so no change was emitted"
+    );
+    // The same rows priced higher raise every group's max: each changes.
+    use arrow::array::{Array, Int64Array};
+    let price = input.schema().index_of("price").expect("price");
+    let prices = input.column(price).as_any().downcast_ref::<Int64Array>();
+    let raised: Int64Array = prices
+        .expect("int64 prices")
+        .iter()
+        .map(|p| p.map(|p| p + 1000))
+        .collect();
+    let mut columns = input.columns().to_vec();
+    columns[price] = std::sync::Arc::new(raised);
+    let higher = arrow::array::RecordBatch::try_new(input.schema(), columns).expect("batch");
+    h.feed(0, &higher);
+    let ops = text_rows(&h.output, &["op"]);
+    assert_eq!(ops.iter().filter(|o| *o == "-U").count(), 5, "{ops:?}");
+    assert_eq!(ops.iter().filter(|o| *o == "+U").count(), 5, "{ops:?}");
+    let tops = applied(&h.output, &["auction", "top"]);
+    let raised_top = |t: &String| {
+        t.rsplit('|')
+            .next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|v| v >= 1000)
+    };
+    assert!(tops.iter().all(raised_top), "{tops:?}");
+    assert_eq!(tops.len(), 5, "one current row per group: {tops:?}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
