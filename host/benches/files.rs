@@ -27,11 +27,17 @@
 //! (`FV_BENCH_QUERIES=memory`; it writes the larger file once). Then
 //! restart at size: keyed state built, SIGKILL, restart, the time to the
 //! first output row and to full throughput (`FV_BENCH_QUERIES=restart`,
-//! [`restart`]). Figures are printed, never asserted.
+//! [`restart`]); the state-budget run: a GROUP BY in memory and under
+//! `state_memory`, peak RSS and rows per CPU-second of each
+//! (`FV_BENCH_QUERIES=budget`, [`budget`]). Figures are printed, never
+//! asserted.
 
 mod common;
 #[path = "files/restart.rs"]
 mod restart;
+
+#[path = "files/budget.rs"]
+mod budget;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -450,6 +456,12 @@ fn main() {
         .is_none_or(|o| o.iter().any(|n| n == "restart"))
     {
         restart::restart();
+    }
+    if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "budget"))
+    {
+        budget::budget();
     }
 }
 

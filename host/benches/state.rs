@@ -123,11 +123,12 @@ fn main() {
     let key = |i: u64| i.to_be_bytes();
     let mut table = StateTable::new(AccsCodec, Some("window_start"), VnodeRange::all());
     for i in 0..groups {
-        *table.get_or_insert_with(0, &key(i), || Accs {
+        let accs = table.get_or_insert_with(0, &key(i), || Accs {
             count: 0,
             sum: 0,
             float: 0.0,
-        }) = Accs {
+        });
+        *accs.expect("in memory") = Accs {
             count: 1,
             sum: i as i64,
             float: i as f64,
@@ -151,7 +152,7 @@ fn main() {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            if let Some(accs) = table.get_mut(0, &key(seed % groups)) {
+            if let Some(accs) = table.get_mut(0, &key(seed % groups)).expect("in memory") {
                 accs.count += 1;
                 accs.sum += 7;
             }

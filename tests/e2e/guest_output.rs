@@ -5,11 +5,9 @@
 //! re-instantiated; trap-driven re-instantiations are counted in the status
 //! record and in `/metrics`.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{Run, Scratch, assert_exit, cache_dir, int_column, test_step_wasm};
+use crate::support::{Scratch, assert_exit, int_column, run_measuring_peak_rss, test_step_wasm};
 
 /// `events` sequence rows in batches of `batch_size` → test-step with
 /// `step_config` → `sink` (a TOML table body for the sink).
@@ -83,50 +81,6 @@ fn a_guest_println_goes_to_the_log_tagged_and_never_to_stdout() {
     }
 }
 
-/// Run `fvhost <args>` in `s` and measure its peak resident memory (KiB),
-/// from the kernel's accounting of exactly that child (`wait4`).
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which also reports its peak memory"
-)]
-fn run_measuring_peak_rss(s: &Scratch, args: &[&str]) -> (Run, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
-        .args(args)
-        .current_dir(s.path())
-        .env("FVHOST_CACHE_DIR", cache_dir())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn fvhost");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let mut err_text = String::new();
-    let _ = stderr.read_to_string(&mut err_text);
-    let mut status = 0;
-    // SAFETY: all-zero is a valid `rusage`.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, which `child` has not reaped.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    let run = Run {
-        code,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err_text,
-    };
-    (run, usage.ru_maxrss as u64)
-}
-
 /// The case: a step writes 4 MiB to stderr, then panics, on every
 /// row. The bisection traps about twice per row; each trap report keeps
 /// only the last 4 KiB of stderr and the batch keeps one report, so the
@@ -148,7 +102,7 @@ fn a_step_that_writes_megabytes_to_stderr_then_panics_on_every_row_keeps_memory_
         ),
     );
     let started = Instant::now();
-    let (run, peak_kib) = run_measuring_peak_rss(&s, &["run", "t.toml", "--no-progress"]);
+    let (run, peak_kib) = run_measuring_peak_rss(&s, &["run", "t.toml", "--no-progress"], &[]);
     println!(
         "{ROWS} rows trapped in {:?}, peak RSS {} MiB, {} bytes of log",
         started.elapsed(),

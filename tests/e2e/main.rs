@@ -48,5 +48,6 @@ mod serve_hostile;
 mod serve_tls;
 mod split_watermarks;
 mod sql_files;
+mod state_memory;
 mod stateful;
 mod walkthrough;

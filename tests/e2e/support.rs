@@ -1,7 +1,8 @@
 //! Running `fvhost` in a scratch directory and reading what it wrote.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// A scratch directory holding a topology and its data.
 pub struct Scratch {
@@ -323,4 +324,84 @@ pub fn crash_at(s: &Scratch, crash_at: &str) {
         crashed.stderr
     );
     assert_ne!(crashed.code, 0);
+}
+
+/// Run `fvhost <args>` in `s` and measure its peak resident memory (KiB),
+/// from the kernel's accounting of exactly that child (`wait4`). An upper
+/// bound: a child forked while this process holds much memory inherits
+/// that high-water mark (it survives the exec).
+pub fn run_measuring_peak_rss(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> (Run, u64) {
+    let (run, rusage, _) = run_with_peaks(s, args, env);
+    (run, rusage)
+}
+
+/// Run `fvhost <args>` in `s` and sample its peak resident memory (KiB,
+/// `VmHWM`, every 10 ms while it runs): that of fvhost's own image alone,
+/// whatever this process holds (tests in other threads included).
+pub fn run_sampling_peak_rss(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> (Run, u64) {
+    let (run, _, sampled) = run_with_peaks(s, args, env);
+    (run, sampled)
+}
+
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also reports its peak memory"
+)]
+fn run_with_peaks(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> (Run, u64, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fvhost"))
+        .args(args)
+        .current_dir(s.path())
+        .env("FVHOST_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fvhost");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let status_file = format!("/proc/{}/status", child.id());
+    let sampler = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = std::fs::read_to_string(&status_file).unwrap_or_default();
+                let hwm = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+                peak = peak.max(hwm.unwrap_or(0));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            peak
+        })
+    };
+    let mut err_text = String::new();
+    let _ = stderr.read_to_string(&mut err_text);
+    let mut status = 0;
+    // SAFETY: all-zero is a valid `rusage`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, which `child` has not reaped.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sampled = sampler.join().expect("sampler");
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    let run = Run {
+        code,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err_text,
+    };
+    (run, usage.ru_maxrss as u64, sampled)
 }

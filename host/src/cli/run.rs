@@ -102,6 +102,8 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
             return Ok(ExitCode::from(EXIT_RUNTIME));
         }
     };
+    let spill_dir = fresh_spill_dir(&state_dir);
+    plan.topology.settings.spill_dir = Some(spill_dir.clone());
     let location = epoch_store.unwrap_or_else(|| state_dir.display().to_string());
     let store = EpochStore::open(&location)?;
     let group = plan
@@ -150,7 +152,7 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
                 |member, run_control, transport| {
                     // Each generation plans afresh: a run consumes
                     // its plugin instances.
-                    let plan = match first.take() {
+                    let mut plan = match first.take() {
                         Some(plan) => plan,
                         None => load_and_plan(&topology, &engine, &plugins).map_err(|_| {
                             runtime::RunError::Task(format!(
@@ -159,6 +161,7 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
                             ))
                         })?,
                     };
+                    plan.topology.settings.spill_dir = Some(spill_dir.clone());
                     runtime::run_member(
                         plan,
                         run_control,
@@ -284,4 +287,17 @@ fn hold_store(
             Ok((None, Some(lease)))
         }
     }
+}
+
+/// `<state_dir>/spill`, where stages with `state_memory` keep what does not
+/// fit, emptied: the state directory is this run's (its lock is held), so
+/// anything there is a killed run's cache (the epoch store holds the state).
+pub fn fresh_spill_dir(state_dir: &std::path::Path) -> PathBuf {
+    let spill = state_dir.join("spill");
+    if let Err(e) = std::fs::remove_dir_all(&spill)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("could not empty {}: {e}", spill.display());
+    }
+    spill
 }

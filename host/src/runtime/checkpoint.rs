@@ -7,6 +7,7 @@
 //! I/O thread, which acknowledges the epoch to the coordinator once the
 //! object is durable. It never decides what the state is: operators do.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -19,9 +20,13 @@ use super::operator::TaskError;
 use super::operators::rows::{saved_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{
-    SavedObject, SnapshotKind, StateError, StateFormat, StateObject, StateSnapshot, StateTable,
-    ValueCodec, VnodeRange, WriterWatermarks,
+    SavedObject, SnapshotKind, SnapshotWriter, StateError, StateFormat, StateObject, StateSnapshot,
+    StateTable, ValueCodec, VnodeRange, WriterWatermarks,
 };
+
+/// Entries a snapshot batch holds at most: a snapshot is encoded a batch
+/// at a time, never converted to columns whole.
+const SNAPSHOT_CHUNK: usize = 64 * 1024;
 
 /// Restored snapshot batches in epoch order, each with the vnodes its
 /// writer owned, and the watermark each writer had reached.
@@ -43,6 +48,11 @@ pub struct StateContext {
     chain: Vec<StateObject>,
     /// Epochs per chain: a full snapshot every this many.
     full_every: usize,
+    /// Bytes of state the task keeps in memory, and the directory whose
+    /// subdirectory takes the rest (`state_memory`).
+    memory_budget: Option<(PathBuf, usize)>,
+    /// Whether the task said its state went past `state_memory`.
+    told_spill: bool,
     store: EpochStore,
     acks: Sender<Ack>,
     control: Arc<RunControl>,
@@ -75,6 +85,8 @@ impl StateContext {
             restored,
             chain: Vec::new(),
             full_every: 1,
+            memory_budget: None,
+            told_spill: false,
             store,
             acks,
             control,
@@ -85,6 +97,14 @@ impl StateContext {
     /// in between (1: always full).
     pub fn with_full_every(mut self, epochs: usize) -> Self {
         self.full_every = epochs.max(1);
+        self
+    }
+
+    /// Keep about `bytes` of the task's state in memory and the rest in a
+    /// directory of its own under `dir` (see
+    /// [`StateTable::with_memory_budget`]).
+    pub fn with_memory_budget(mut self, budget: Option<(PathBuf, usize)>) -> Self {
+        self.memory_budget = budget;
         self
     }
 
@@ -124,17 +144,31 @@ impl StateContext {
         scope_column: Option<&'static str>,
     ) -> Result<StateTable<C>, TaskError> {
         let mut table = StateTable::new(codec, scope_column, self.vnodes);
+        if let Some((dir, bytes)) = &self.memory_budget {
+            // A directory no other task or run uses: its own name, this
+            // process and a sequence number.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mine = dir.join(format!(
+                "{}-{}-{}-{n}",
+                self.stage,
+                self.task,
+                std::process::id()
+            ));
+            table = table
+                .with_memory_budget(&mine, *bytes)
+                .map_err(|e| self.state_error(e))?;
+        }
         let mut writers = WriterWatermarks::default();
-        // One object at a time: its decoded batches and bytes are dropped
-        // before the next is read, so a restore holds the table and one
-        // object, not every object decoded at once.
+        // One batch at a time, each object's bytes dropped before the next
+        // is read: a restore holds the table, one object's bytes and one
+        // decoded batch, not every object decoded at once.
         for (object, bytes) in std::mem::take(&mut self.restored) {
-            for batch in self.decode(&object, &bytes)? {
+            StateSnapshot::read_batches(&object, &bytes, |batch| {
                 writers.record(object.vnodes, saved_watermark(&batch));
-                table
-                    .restore(&batch, object.vnodes)
-                    .map_err(|e| self.state_error(e))?;
-            }
+                table.restore(&batch, object.vnodes)
+            })
+            .map_err(|e| self.state_error(e))?;
         }
         table.restore_watermarks(writers);
         Ok(table)
@@ -149,21 +183,34 @@ impl StateContext {
         self.snapshot_as(epoch, table, SnapshotKind::Full)
     }
 
+    /// Encode `table` as a snapshot of `kind`, [`SNAPSHOT_CHUNK`] entries
+    /// a batch.
     fn snapshot_as<C: ValueCodec>(
         &self,
         epoch: u64,
         table: &StateTable<C>,
         kind: SnapshotKind,
     ) -> Result<StateSnapshot, TaskError> {
-        let columns = table
-            .snapshot_columns(kind)
-            .map_err(|e| self.state_error(e))?;
-        self.encode(
-            epoch,
-            table.snapshot_schema(kind),
-            table.watermark(),
-            columns,
-        )
+        let schema = with_watermark(table.snapshot_schema(kind), table.watermark());
+        let key = format!("{} epoch {epoch}", self.stage);
+        let encoded = SnapshotWriter::new(&key, &schema).and_then(|mut writer| {
+            let written = table.snapshot_chunks(kind, SNAPSHOT_CHUNK, |columns| {
+                let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+                writer.write(&batch).map_err(StateError::from)
+            });
+            match written {
+                Ok(()) => writer.finish().map(Ok),
+                Err(e) => Ok(Err(e)),
+            }
+        });
+        match encoded {
+            Ok(Ok(snapshot)) => Ok(snapshot),
+            Ok(Err(e)) => Err(self.state_error(e)),
+            Err(source) => Err(TaskError::Snapshot {
+                stage: self.stage.clone(),
+                source,
+            }),
+        }
     }
 
     /// Snapshot `table` as the state of `epoch` — whole at the start of a
@@ -175,9 +222,27 @@ impl StateContext {
         format: &StateFormat,
         table: &mut StateTable<C>,
     ) -> Result<(), TaskError> {
-        let kind = self.next_kind(table.changed(), table.len());
+        let kind = match table.needs_full() {
+            true => SnapshotKind::Full,
+            false => self.next_kind(table.changed(), table.len()),
+        };
         let snapshot = self.snapshot_as(epoch, table, kind)?;
         table.mark_saved();
+        let (on_disk, written, read) = table.spilled();
+        if on_disk > 0 {
+            let budget = self.memory_budget.as_ref().map_or(0, |(_, b)| *b as u64);
+            let (stage, task, total) = (&self.stage, self.task, table.len());
+            if !self.told_spill {
+                self.told_spill = true;
+                tracing::info!(
+                    stage = %stage,
+                    task,
+                    "the state passed its state_memory of {}: the coldest goes to local disk",
+                    crate::topology::format_size(budget)
+                );
+            }
+            tracing::debug!(stage = %stage, task, epoch, entries = total, on_disk, written, read, "state on local disk");
+        }
         self.send(epoch, format.id(), snapshot, kind);
         Ok(())
     }

@@ -883,6 +883,17 @@ impl<'a> Launch<'a> {
         let resumed = self.resumed;
         let (acks, control) = (&self.acks, self.control);
         let full_every = self.settings.checkpoint_full_every;
+        let spill_dir = self
+            .settings
+            .spill_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("fvhost-spill"));
+        let budget = stage
+            .state_memory
+            .map(|bytes| (spill_dir, usize::try_from(bytes).unwrap_or(usize::MAX)));
+        if budget.is_some() && !stateful {
+            tracing::warn!(stage = %name, "`state_memory` has no effect: the stage keeps no state");
+        }
         let build = |i: usize, task: StageTask| {
             let began = std::time::Instant::now();
             let state_context = || {
@@ -896,6 +907,7 @@ impl<'a> Launch<'a> {
                     Arc::clone(control),
                 )
                 .with_full_every(full_every)
+                .with_memory_budget(budget.clone())
             };
             let op = match stateful && resumed > 0 {
                 true => crate::epoch::fault_point("task-restore", resumed).map_err(|e| {

@@ -93,6 +93,8 @@ pub struct PlannedStage {
     pub tasks: Vec<StageTask>,
     /// Output schema.
     pub schema: SchemaRef,
+    /// Bytes of state each task keeps in memory (`state_memory`).
+    pub state_memory: Option<u64>,
 }
 
 /// A sink with its opened instances.
@@ -683,6 +685,7 @@ impl Planner<'_> {
                 late_rows: node.late_rows.clone(),
                 tasks,
                 schema,
+                state_memory: node.state_memory,
             });
         }
         stages

@@ -640,13 +640,17 @@ fn invalid(d: Diagnostics) -> ServeError {
 }
 
 /// Start `plan` on its own threads; the desired state becomes RUNNING.
-fn launch(name: &str, entry: &mut Hosted, plan: runtime::Plan) -> Result<(), ServeError> {
+fn launch(name: &str, entry: &mut Hosted, mut plan: runtime::Plan) -> Result<(), ServeError> {
     let state_dir = entry.dir.join("state");
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| ServeError::Io(format!("creating {}: {e}", state_dir.display())))?;
     // One run per state: a start racing a stop that has not finished yet
     // is refused rather than let two runs write one checkpoint history.
     let lock = StateLock::acquire(&state_dir).map_err(|e| ServeError::Conflict(e.to_string()))?;
+    // What a killed run left there is a cache; the lock makes it no one's.
+    let spill_dir = state_dir.join("spill");
+    let _ = std::fs::remove_dir_all(&spill_dir);
+    plan.topology.settings.spill_dir = Some(spill_dir);
     let store = EpochStore::open(&state_dir.display().to_string())
         .map_err(|e| ServeError::Io(e.to_string()))?;
     std::fs::write(entry.dir.join(DESIRED_FILE), "running")

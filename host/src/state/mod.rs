@@ -11,11 +11,14 @@
 //! [`StateFormat`]) and [`KeyedState`] (the per-key values and timers a
 //! keyed Wasm step keeps in the host).
 //!
-//! This module never does I/O: the epoch store writes and reads the bytes
-//! it encodes, and operators decide what their state is.
+//! This module never writes or reads the epoch store (the runtime hands
+//! it the bytes encoded here) and operators decide what their state is;
+//! its one I/O is the local disk under a state table with a memory budget
+//! (`spill.rs`), a cache that a restart rebuilds.
 
 mod keyed;
 mod snapshot;
+mod spill;
 mod table;
 mod vnode;
 mod writers;
@@ -25,7 +28,7 @@ pub use keyed::{
     keyed_format,
 };
 
-pub use snapshot::{SavedObject, SnapshotError, StateObject, StateSnapshot};
+pub use snapshot::{SavedObject, SnapshotError, SnapshotWriter, StateObject, StateSnapshot};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
 pub use writers::WriterWatermarks;

@@ -78,6 +78,55 @@ pub struct StateSnapshot {
     pub sha256: String,
 }
 
+/// A snapshot being encoded batch by batch (so that state is never
+/// converted to columns whole: only its encoded bytes grow).
+pub struct SnapshotWriter {
+    key: String,
+    writer: FileWriter<Vec<u8>>,
+}
+
+impl SnapshotWriter {
+    /// A snapshot named `key` (for errors) of batches of `schema`.
+    pub fn new(key: &str, schema: &SchemaRef) -> Result<Self, SnapshotError> {
+        let writer =
+            FileWriter::try_new(Vec::new(), schema).map_err(|source| SnapshotError::Arrow {
+                key: key.to_string(),
+                source,
+            })?;
+        Ok(SnapshotWriter {
+            key: key.to_string(),
+            writer,
+        })
+    }
+
+    fn arrow(&self, source: ArrowError) -> SnapshotError {
+        SnapshotError::Arrow {
+            key: self.key.clone(),
+            source,
+        }
+    }
+
+    /// Append `batch`.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), SnapshotError> {
+        self.writer.write(batch).map_err(|e| self.arrow(e))
+    }
+
+    /// The snapshot's bytes and digest.
+    pub fn finish(mut self) -> Result<StateSnapshot, SnapshotError> {
+        self.writer.finish().map_err(|e| self.arrow(e))?;
+        let key = self.key;
+        let bytes = self
+            .writer
+            .into_inner()
+            .map_err(|source| SnapshotError::Arrow {
+                key: key.clone(),
+                source,
+            })?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        Ok(StateSnapshot { bytes, sha256 })
+    }
+}
+
 impl StateSnapshot {
     /// Encode `batches` (all of `schema`) as one IPC file.
     pub fn encode(
@@ -85,18 +134,31 @@ impl StateSnapshot {
         schema: &SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<Self, SnapshotError> {
+        let mut writer = SnapshotWriter::new(key, schema)?;
+        for b in batches {
+            writer.write(b)?;
+        }
+        writer.finish()
+    }
+
+    /// Hand `f` the batches of `bytes` (already checked against `object`'s
+    /// digest) one at a time, each decoded when `f` is ready for it.
+    pub fn read_batches<E: From<SnapshotError>>(
+        object: &StateObject,
+        bytes: &[u8],
+        mut f: impl FnMut(RecordBatch) -> Result<(), E>,
+    ) -> Result<(), E> {
         let arrow = |source| SnapshotError::Arrow {
-            key: key.to_string(),
+            key: object.key.clone(),
             source,
         };
-        let mut writer = FileWriter::try_new(Vec::new(), schema).map_err(arrow)?;
-        for b in batches {
-            writer.write(b).map_err(arrow)?;
+        check_blocks(bytes).map_err(arrow)?;
+        let mut reader =
+            crate::ipc::guarded(|| FileReader::try_new(Cursor::new(bytes), None)).map_err(arrow)?;
+        while let Some(batch) = crate::ipc::guarded(|| reader.next().transpose()).map_err(arrow)? {
+            f(batch)?;
         }
-        writer.finish().map_err(arrow)?;
-        let bytes = writer.into_inner().map_err(arrow)?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
-        Ok(StateSnapshot { bytes, sha256 })
+        Ok(())
     }
 
     /// Check `bytes` against `object`'s digest and decode them.

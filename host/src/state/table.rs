@@ -16,11 +16,15 @@
 //! operator, through its [`ValueCodec`]; what the state as a whole means is
 //! its [`StateFormat`].
 //!
-//! This module never does I/O (the runtime's `StateContext` hands the
-//! columns to the epoch store) and never reads the clock.
+//! With a memory budget ([`StateTable::with_memory_budget`]) the table
+//! decides which entries are cold and keeps them in a [`SpillStore`] on
+//! local disk, reading them back on access; snapshots still hold every
+//! entry. This module never writes the epoch store (the runtime's
+//! `StateContext` hands the columns over) and never reads the clock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -31,6 +35,7 @@ use arrow::compute::{cast, concat};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::error::ArrowError;
 
+use super::spill::{SpillStore, SpilledEntries, Take};
 use super::{KeyHasher, VnodeRange, WriterWatermarks};
 
 /// Why state could not be snapshotted or restored.
@@ -55,6 +60,12 @@ pub enum StateError {
     /// Arrow could not build or convert the columns.
     #[error(transparent)]
     Arrow(#[from] ArrowError),
+    /// A snapshot could not be encoded or read.
+    #[error(transparent)]
+    Snapshot(#[from] super::SnapshotError),
+    /// The local disk holding the state that outgrew `state_memory` failed.
+    #[error("the state spilled to local disk could not be used: {0}")]
+    Spill(String),
 }
 
 /// What an operator's saved state means, as the manifest records it and a
@@ -143,23 +154,53 @@ pub trait ValueCodec {
 
     /// Join `more`, read from another row of the same entry, into `into`.
     fn merge(&self, into: &mut Self::Value, more: Self::Value);
+
+    /// Bytes `value` holds on the heap, about (what a memory budget
+    /// counts beyond the entry itself).
+    fn heap_size(&self, value: &Self::Value) -> usize {
+        let _ = value;
+        0
+    }
 }
 
-/// One entry: a value, its key's vnode, and whether it changed since the
-/// last snapshot.
+/// Whether an entry in memory has a copy on disk (a table with a memory
+/// budget reads entries back without removing them from disk, so writing
+/// an unchanged entry out again costs nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DiskCopy {
+    /// None.
+    Absent,
+    /// An older value: the one in memory wins.
+    Stale,
+    /// The same value.
+    Current,
+}
+
+/// One entry: a value, its key's vnode, the snapshot round it last
+/// changed in, and (under a memory budget) whether it was used since the
+/// last sweep and whether the disk has a copy.
 #[derive(Debug)]
 struct Entry<V> {
     vnode: u16,
+    /// Used since the last sweep: it stays in memory one more sweep.
+    touched: bool,
+    disk: DiskCopy,
+    /// The table's [`StateTable::round`] when it last changed: it is in the
+    /// next delta iff this is the current round. (A round number, not a
+    /// flag, so that saving a snapshot never walks the entries, and an
+    /// entry spilled to disk keeps what it was.)
+    changed_in: u32,
     value: V,
-    changed: bool,
 }
 
 impl<V> Entry<V> {
-    fn new(vnode: u16, value: V) -> Self {
+    fn new(vnode: u16, value: V, round: u32) -> Self {
         Entry {
             vnode,
+            touched: true,
+            disk: DiskCopy::Absent,
+            changed_in: round,
             value,
-            changed: true,
         }
     }
 }
@@ -176,7 +217,7 @@ pub enum SnapshotKind {
 }
 
 /// What changed since the last snapshot.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Changes {
     /// Entries written (their `changed` flag set), maybe removed since.
     written: Vec<(i64, Box<[u8]>)>,
@@ -184,14 +225,72 @@ struct Changes {
     removed: Vec<(i64, Box<[u8]>)>,
     /// Scopes removed whole (windows that fired).
     removed_scopes: Vec<i64>,
+    /// Changes listed in memory at most (under a memory budget, the list
+    /// of what changed must not outgrow it): past it, the written keys
+    /// move to the spill store's list, and removals past it make the next
+    /// snapshot whole.
+    cap: usize,
+    /// Written keys moved to the spill store's list since the last
+    /// snapshot.
+    written_on_disk: usize,
+    /// More removals than the cap: the next snapshot must be whole.
+    overflowed: bool,
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Changes {
+            written: Vec::new(),
+            removed: Vec::new(),
+            removed_scopes: Vec::new(),
+            cap: usize::MAX,
+            written_on_disk: 0,
+            overflowed: false,
+        }
+    }
 }
 
 impl Changes {
-    /// Record that `entry` (`key` in `scope`) is written, once per snapshot.
-    fn mark<V>(&mut self, entry: &mut Entry<V>, scope: i64, key: &[u8]) {
-        if !entry.changed {
-            entry.changed = true;
+    /// Record that `entry` (`key` in `scope`) is written in `round`, once
+    /// per snapshot.
+    fn mark<V>(&mut self, entry: &mut Entry<V>, scope: i64, key: &[u8], round: u32) {
+        entry.touched = true;
+        if entry.disk == DiskCopy::Current {
+            entry.disk = DiskCopy::Stale;
+        }
+        if entry.changed_in != round {
+            entry.changed_in = round;
+            self.wrote(scope, key);
+        }
+    }
+
+    /// Record that `key` in `scope` is written.
+    fn wrote(&mut self, scope: i64, key: &[u8]) {
+        if !self.overflowed {
             self.written.push((scope, key.into()));
+        }
+    }
+
+    /// Record that `key` in `scope` is removed; past the cap, forget the
+    /// lists: the next snapshot is whole.
+    fn removed(&mut self, scope: i64, key: &[u8]) {
+        if self.overflowed {
+            return;
+        }
+        self.removed.push((scope, key.into()));
+        if self.removed.len() > self.cap {
+            self.written = Vec::new();
+            self.removed = Vec::new();
+            self.removed_scopes = Vec::new();
+            self.overflowed = true;
+        }
+    }
+
+    /// A fresh record, for the next snapshot.
+    fn next(&self) -> Changes {
+        Changes {
+            cap: self.cap,
+            ..Changes::default()
         }
     }
 }
@@ -206,8 +305,31 @@ type Scope<V> = HashMap<Box<[u8]>, Entry<V>, foldhash::fast::RandomState>;
 /// A closed scope's entries, ordered by key.
 pub type ClosedScope<V> = Vec<(Box<[u8]>, V)>;
 
+/// A scope taken out of the table, and its entries.
+pub type PoppedScope<V> = (i64, ClosedScope<V>);
+
+/// An entry leaving memory for disk: its scope, key and entry.
+type ColdEntry<V> = (i64, Box<[u8]>, Entry<V>);
+
 /// An entry being snapshotted: its scope, key and entry.
 type SavedEntry<'a, V> = (i64, &'a [u8], &'a Entry<V>);
+
+/// The first columns of snapshot rows: vnode, scope and key.
+#[derive(Default)]
+struct RowMeta<'a> {
+    vnodes: Vec<u16>,
+    scopes: Vec<i64>,
+    keys: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> RowMeta<'a> {
+    /// `n` rows of one entry (or tombstone).
+    fn repeat(&mut self, vnode: u16, scope: i64, key: Option<&'a [u8]>, n: usize) {
+        self.vnodes.extend(std::iter::repeat_n(vnode, n));
+        self.scopes.extend(std::iter::repeat_n(scope, n));
+        self.keys.extend(std::iter::repeat_n(key, n));
+    }
+}
 
 /// The keyed, scoped state of one task (see the module docs).
 pub struct StateTable<C: ValueCodec> {
@@ -215,17 +337,64 @@ pub struct StateTable<C: ValueCodec> {
     /// The scope column's name, or `None` for state kept per key alone.
     scope_column: Option<&'static str>,
     vnodes: VnodeRange,
+    /// The entries in memory.
     scopes: BTreeMap<i64, Scope<C::Value>>,
-    entries: usize,
+    /// Entries in memory.
+    resident: usize,
     /// The highest watermark the operator acted on (saved with the state).
     watermark: Option<i64>,
     /// How far each writer of the restored state had got.
     writers: WriterWatermarks,
     changes: Changes,
+    /// The snapshot round: one more each time a snapshot is saved.
+    round: u32,
+    /// The memory budget and the disk under it, if the table has one.
+    spill: Option<Spill>,
+}
+
+/// A table's memory budget and the local disk that takes what does not
+/// fit (see [`StateTable::with_memory_budget`]).
+struct Spill {
+    store: SpillStore,
+    /// Entries in memory with a copy on disk (counted once in the table).
+    shadowed: usize,
+    /// Bytes the entries in memory may take, about.
+    budget: usize,
+    /// Bytes the entries in memory take, as last measured plus what was
+    /// added since.
+    held: usize,
+    /// Lookups since the entries were last measured: values grow in place
+    /// (a set, a ranking), so they are measured again every so often.
+    since_measured: usize,
+    /// The codec's fields, to decode rows read back.
+    schema: Arc<Schema>,
 }
 
 /// The one scope of state kept per key alone.
 const NO_SCOPE: i64 = 0;
+
+/// What a map slot costs beyond the key's bytes and the entry: hashbrown's
+/// control byte and spare capacity, and the key allocation's rounding.
+const SLOT_OVERHEAD: usize = 24;
+
+/// Entries encoded and written to disk at a time by a sweep.
+const SPILL_CHUNK: usize = 16 * 1024;
+
+/// Lookups between two measures of the entries in memory, at least (and
+/// at least as many as there are entries, so measuring costs O(1) per
+/// lookup).
+const MEASURE_EVERY: usize = 64 * 1024;
+
+/// A spilled entry decoded: its scope, key, round of last change and value.
+type Faulted<V> = (i64, Box<[u8]>, u32, V);
+
+/// Bytes an entry of `key` holding `value` takes in memory, about.
+fn entry_size<C: ValueCodec>(codec: &C, key: &[u8], value: &C::Value) -> usize {
+    key.len()
+        + std::mem::size_of::<(Box<[u8]>, Entry<C::Value>)>()
+        + SLOT_OVERHEAD
+        + codec.heap_size(value)
+}
 
 impl<C: ValueCodec> StateTable<C> {
     /// An empty table for the keys of `vnodes`, its entries scoped by the
@@ -236,11 +405,35 @@ impl<C: ValueCodec> StateTable<C> {
             scope_column,
             vnodes,
             scopes: BTreeMap::new(),
-            entries: 0,
+            resident: 0,
             watermark: None,
             writers: WriterWatermarks::default(),
             changes: Changes::default(),
+            round: 1,
+            spill: None,
         }
+    }
+
+    /// Keep about `budget` bytes of entries in memory and the rest on
+    /// local disk under `dir` (a cache the table deletes when dropped; its
+    /// snapshots still hold every entry). When the entries in memory pass
+    /// the budget, the ones not used since the last sweep go to disk until
+    /// three quarters of it are left; a lookup brings an entry back.
+    pub fn with_memory_budget(mut self, dir: &Path, budget: usize) -> Result<Self, StateError> {
+        let fields = self.codec.fields();
+        let store = SpillStore::open(dir, &fields)?;
+        // A quarter of the budget for the list of what changed, at about
+        // 64 bytes a change.
+        self.changes.cap = (budget / 4 / 64).max(1024);
+        self.spill = Some(Spill {
+            store,
+            shadowed: 0,
+            budget,
+            held: 0,
+            since_measured: 0,
+            schema: Arc::new(Schema::new(fields)),
+        });
+        Ok(self)
     }
 
     /// The operator's codec.
@@ -248,20 +441,42 @@ impl<C: ValueCodec> StateTable<C> {
         &self.codec
     }
 
-    /// Number of entries held.
+    /// Number of entries held (in memory and on disk).
     pub fn len(&self) -> usize {
-        self.entries
+        let on_disk_only = self
+            .spill
+            .as_ref()
+            .map_or(0, |s| s.store.len() - s.shadowed);
+        self.resident + on_disk_only
     }
 
     /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
-        self.entries == 0
+        self.len() == 0
+    }
+
+    /// Entries on local disk, and entries written there and read back
+    /// since the table began (all zero without a memory budget).
+    pub fn spilled(&self) -> (usize, u64, u64) {
+        self.spill.as_ref().map_or((0, 0, 0), |s| {
+            let (written, read) = s.store.traffic();
+            (s.store.len(), written, read)
+        })
     }
 
     /// Entries written or removed since the last snapshot (what a delta
     /// would hold), at most; a scope removed whole counts one.
     pub fn changed(&self) -> usize {
-        self.changes.written.len() + self.changes.removed.len() + self.changes.removed_scopes.len()
+        self.changes.written.len()
+            + self.changes.written_on_disk
+            + self.changes.removed.len()
+            + self.changes.removed_scopes.len()
+    }
+
+    /// Whether the next snapshot must be whole: more changed since the
+    /// last one than a memory budget lets the table list.
+    pub fn needs_full(&self) -> bool {
+        self.changes.overflowed
     }
 
     /// The watermark the state is at.
@@ -276,15 +491,23 @@ impl<C: ValueCodec> StateTable<C> {
     }
 
     /// The value of `key` in `scope`.
-    pub fn get(&self, scope: i64, key: &[u8]) -> Option<&C::Value> {
-        self.scopes.get(&scope)?.get(key).map(|e| &e.value)
+    pub fn get(&mut self, scope: i64, key: &[u8]) -> Result<Option<&C::Value>, StateError> {
+        self.fault_in(scope, key)?;
+        let entry = self.scopes.get_mut(&scope).and_then(|e| e.get_mut(key));
+        Ok(entry.map(|e| {
+            e.touched = true;
+            &e.value
+        }))
     }
 
     /// The value of `key` in `scope`, to change.
-    pub fn get_mut(&mut self, scope: i64, key: &[u8]) -> Option<&mut C::Value> {
-        let e = self.scopes.get_mut(&scope)?.get_mut(key)?;
-        self.changes.mark(e, scope, key);
-        Some(&mut e.value)
+    pub fn get_mut(&mut self, scope: i64, key: &[u8]) -> Result<Option<&mut C::Value>, StateError> {
+        self.fault_in(scope, key)?;
+        let Some(e) = self.scopes.get_mut(&scope).and_then(|e| e.get_mut(key)) else {
+            return Ok(None);
+        };
+        self.changes.mark(e, scope, key, self.round);
+        Ok(Some(&mut e.value))
     }
 
     /// The value of `key` in `scope`, made by `make` if absent.
@@ -293,8 +516,8 @@ impl<C: ValueCodec> StateTable<C> {
         scope: i64,
         key: &[u8],
         make: impl FnOnce() -> C::Value,
-    ) -> &mut C::Value {
-        self.get_or_insert_flagged(scope, key, make).0
+    ) -> Result<&mut C::Value, StateError> {
+        Ok(self.get_or_insert_flagged(scope, key, make)?.0)
     }
 
     /// The value of `key` in `scope`, made by `make` if absent, and
@@ -304,19 +527,24 @@ impl<C: ValueCodec> StateTable<C> {
         scope: i64,
         key: &[u8],
         make: impl FnOnce() -> C::Value,
-    ) -> (&mut C::Value, bool) {
+    ) -> Result<(&mut C::Value, bool), StateError> {
+        self.fault_in(scope, key)?;
+        let round = self.round;
         let entries = self.scopes.entry(scope).or_default();
         if !entries.contains_key(key) {
-            self.entries += 1;
-            self.changes.written.push((scope, key.into()));
-            let entry = Entry::new(KeyHasher::vnode_of(key), make());
-            return (&mut entries.entry(key.into()).or_insert(entry).value, true);
+            self.resident += 1;
+            self.changes.wrote(scope, key);
+            let entry = Entry::new(KeyHasher::vnode_of(key), make(), round);
+            if let Some(spill) = &mut self.spill {
+                spill.held += entry_size(&self.codec, key, &entry.value);
+            }
+            return Ok((&mut entries.entry(key.into()).or_insert(entry).value, true));
         }
         let Some(e) = entries.get_mut(key) else {
             unreachable!("present: checked above")
         };
-        self.changes.mark(e, scope, key);
-        (&mut e.value, false)
+        self.changes.mark(e, scope, key, round);
+        Ok((&mut e.value, false))
     }
 
     /// The value of `key` (state kept per key alone), made if absent, and
@@ -325,7 +553,7 @@ impl<C: ValueCodec> StateTable<C> {
         &mut self,
         key: &[u8],
         make: impl FnOnce() -> C::Value,
-    ) -> (&mut C::Value, bool) {
+    ) -> Result<(&mut C::Value, bool), StateError> {
         self.get_or_insert_flagged(NO_SCOPE, key, make)
     }
 
@@ -334,69 +562,164 @@ impl<C: ValueCodec> StateTable<C> {
         &mut self,
         key: &[u8],
         make: impl FnOnce() -> C::Value,
-    ) -> &mut C::Value {
+    ) -> Result<&mut C::Value, StateError> {
         self.get_or_insert_with(NO_SCOPE, key, make)
     }
 
+    /// [`StateTable::prefetch`] for state kept per key alone.
+    pub fn prefetch_keys<'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<(), StateError> {
+        self.prefetch(NO_SCOPE, keys)
+    }
+
     /// The value of `key` (state kept per key alone).
-    pub fn key(&self, key: &[u8]) -> Option<&C::Value> {
+    pub fn key(&mut self, key: &[u8]) -> Result<Option<&C::Value>, StateError> {
         self.get(NO_SCOPE, key)
     }
 
     /// The value of `key` (state kept per key alone), to change.
-    pub fn key_mut(&mut self, key: &[u8]) -> Option<&mut C::Value> {
+    pub fn key_mut(&mut self, key: &[u8]) -> Result<Option<&mut C::Value>, StateError> {
         self.get_mut(NO_SCOPE, key)
     }
 
     /// Remove the value of `key` (state kept per key alone).
-    pub fn remove_key(&mut self, key: &[u8]) -> Option<C::Value> {
+    pub fn remove_key(&mut self, key: &[u8]) -> Result<Option<C::Value>, StateError> {
         self.remove(NO_SCOPE, key)
     }
 
     /// Remove the value of `key` in `scope`.
-    pub fn remove(&mut self, scope: i64, key: &[u8]) -> Option<C::Value> {
-        let removed = self.forget(scope, key)?;
-        self.changes.removed.push((scope, key.into()));
-        Some(removed)
+    pub fn remove(&mut self, scope: i64, key: &[u8]) -> Result<Option<C::Value>, StateError> {
+        self.fault_in(scope, key)?;
+        let Some(removed) = self.forget_in_memory(scope, key)? else {
+            return Ok(None);
+        };
+        self.changes.removed(scope, key);
+        Ok(Some(removed))
     }
 
-    /// Remove an entry without recording it as a change.
-    fn forget(&mut self, scope: i64, key: &[u8]) -> Option<C::Value> {
-        let entries = self.scopes.get_mut(&scope)?;
-        let removed = entries.remove(key)?;
-        self.entries -= 1;
+    /// Remove an entry held in memory, and its copy on disk, without
+    /// recording it as a change.
+    fn forget_in_memory(&mut self, scope: i64, key: &[u8]) -> Result<Option<C::Value>, StateError> {
+        let Some(entries) = self.scopes.get_mut(&scope) else {
+            return Ok(None);
+        };
+        let Some(removed) = entries.remove(key) else {
+            return Ok(None);
+        };
+        self.resident -= 1;
         if entries.is_empty() {
             self.scopes.remove(&scope);
         }
-        Some(removed.value)
+        if let Some(spill) = &mut self.spill {
+            let size = entry_size(&self.codec, key, &removed.value);
+            spill.held = spill.held.saturating_sub(size);
+            if removed.disk != DiskCopy::Absent {
+                spill.store.remove(scope, key)?;
+                spill.shadowed -= 1;
+            }
+        }
+        Ok(Some(removed.value))
     }
 
     /// Remove and return the first scope if `closed` says so, its entries
-    /// ordered by key (so output does not depend on hashing).
+    /// ordered by key (so output does not depend on hashing). A scope's
+    /// entries on disk come back with it.
     pub fn pop_closed_scope(
         &mut self,
         closed: impl Fn(i64) -> bool,
-    ) -> Option<(i64, ClosedScope<C::Value>)> {
-        let entry = self.scopes.first_entry()?;
-        if !closed(*entry.key()) {
-            return None;
+    ) -> Result<Option<PoppedScope<C::Value>>, StateError> {
+        let Some(scope) = self.first_scope().filter(|s| closed(*s)) else {
+            return Ok(None);
+        };
+        let held = self.scopes.remove(&scope).unwrap_or_default();
+        self.resident -= held.len();
+        let mut sorted: Vec<(Box<[u8]>, C::Value)> = Vec::with_capacity(held.len());
+        if let Some(spill) = &mut self.spill {
+            let mut copies = 0;
+            for (k, e) in &held {
+                spill.held = spill
+                    .held
+                    .saturating_sub(entry_size(&self.codec, k, &e.value));
+                copies += usize::from(e.disk != DiskCopy::Absent);
+            }
+            spill.shadowed -= copies;
+            // The disk's copies of entries in memory are older or the same:
+            // dropped; the rest come back.
+            let found = spill
+                .store
+                .drain_scope(scope, |key| match held.contains_key(key) {
+                    true => Take::Drop,
+                    false => Take::Read,
+                })?;
+            let faulted = self.decode_spilled(found)?;
+            sorted.extend(faulted.into_iter().map(|(_, k, _, v)| (k, v)));
         }
-        let (scope, entries) = entry.remove_entry();
-        self.entries -= entries.len();
+        sorted.extend(held.into_iter().map(|(k, e)| (k, e.value)));
         self.changes.removed_scopes.push(scope);
-        let mut sorted: Vec<(Box<[u8]>, C::Value)> =
-            entries.into_iter().map(|(k, e)| (k, e.value)).collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        Some((scope, sorted))
+        Ok(Some((scope, sorted)))
     }
 
     /// The first (lowest) scope held.
     pub fn first_scope(&self) -> Option<i64> {
-        self.scopes.keys().next().copied()
+        let in_memory = self.scopes.keys().next().copied();
+        let on_disk = self.spill.as_ref().and_then(|s| s.store.scopes().next());
+        match (in_memory, on_disk) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Every entry of the scopes in `[from, to)`: (scope, key, value),
-    /// scopes in order, keys in no particular order.
+    /// Bring the entries on disk of the scopes in `[from, to)` back to
+    /// memory (before [`StateTable::scopes_in`] reads them).
+    pub fn load_scopes(&mut self, from: i64, to: i64) -> Result<(), StateError> {
+        let Some(spill) = &mut self.spill else {
+            return Ok(());
+        };
+        let on_disk: Vec<i64> = spill
+            .store
+            .scopes()
+            .filter(|s| (from..to).contains(s))
+            .collect();
+        for scope in on_disk {
+            self.load_scope(scope)?;
+        }
+        Ok(())
+    }
+
+    /// Bring every entry of `scope` on disk back to memory, off the disk
+    /// (copies of entries in memory are dropped).
+    fn load_scope(&mut self, scope: i64) -> Result<(), StateError> {
+        let StateTable { scopes, spill, .. } = self;
+        let Some(spill) = spill else {
+            return Ok(());
+        };
+        let in_memory = scopes.get_mut(&scope);
+        let mut copies = 0;
+        if let Some(entries) = in_memory {
+            for e in entries.values_mut() {
+                if e.disk != DiskCopy::Absent {
+                    e.disk = DiskCopy::Absent;
+                    copies += 1;
+                }
+            }
+        }
+        spill.shadowed -= copies;
+        let held = scopes.get(&scope);
+        let found = spill.store.drain_scope(scope, |key| {
+            match held.is_some_and(|e| e.contains_key(key)) {
+                true => Take::Drop,
+                false => Take::Read,
+            }
+        })?;
+        self.adopt(found, DiskCopy::Absent)
+    }
+
+    /// Every entry in memory of the scopes in `[from, to)`: (scope, key,
+    /// value), scopes in order, keys in no particular order. With a memory
+    /// budget, [`StateTable::load_scopes`] first.
     pub fn scopes_in(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, &[u8], &C::Value)> {
         self.scopes
             .range(from..to.max(from))
@@ -407,28 +730,268 @@ impl<C: ValueCodec> StateTable<C> {
             })
     }
 
-    /// The entries of one scope, in no particular order.
-    pub fn scope(&self, scope: i64) -> impl Iterator<Item = (&[u8], &C::Value)> {
-        self.scopes
-            .get(&scope)
+    /// Visit every entry, in memory and on disk: (scope, key, value), in
+    /// no particular order.
+    pub fn visit(&self, mut f: impl FnMut(i64, &[u8], &C::Value)) -> Result<(), StateError> {
+        for (scope, entries) in &self.scopes {
+            for (k, e) in entries {
+                f(*scope, k, &e.value);
+            }
+        }
+        if let Some(spill) = &self.spill {
+            for found in spill.store.scan(SPILL_CHUNK) {
+                let found = found?.select(|scope, key, _| !self.in_memory(scope, key))?;
+                for (scope, key, _, value) in self.decode_spilled(found)? {
+                    f(scope, &key, &value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `key` of `scope` is in memory.
+    fn in_memory(&self, scope: i64, key: &[u8]) -> bool {
+        self.scopes.get(&scope).is_some_and(|e| e.contains_key(key))
+    }
+
+    /// Bring the entries of `keys` in `scope` that are on disk back to
+    /// memory at once, before they are looked up one by one (one read of
+    /// the disk's rows for a batch's keys, where a lookup each decodes its
+    /// own). Without a budget, nothing.
+    pub fn prefetch<'k>(
+        &mut self,
+        scope: i64,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<(), StateError> {
+        let Some(spill) = &mut self.spill else {
+            return Ok(());
+        };
+        if !spill.store.holds(scope) {
+            return Ok(());
+        }
+        if spill.held > spill.budget {
+            self.sweep()?;
+        }
+        let StateTable { scopes, spill, .. } = self;
+        let Some(spill) = spill else {
+            return Ok(());
+        };
+        let held = scopes.get(&scope);
+        let missing: Vec<(i64, &[u8])> = keys
             .into_iter()
-            .flat_map(|entries| entries.iter().map(|(k, e)| (k.as_ref(), &e.value)))
+            .filter(|k| !held.is_some_and(|e| e.contains_key(*k)))
+            .map(|k| (scope, k))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let found = spill.store.read(&missing)?;
+        self.adopt(found, DiskCopy::Current)
     }
 
-    /// Every entry: (scope, key, value), scopes in order.
-    pub fn iter(&self) -> impl Iterator<Item = (i64, &[u8], &C::Value)> {
-        self.scopes.iter().flat_map(|(scope, entries)| {
-            entries
-                .iter()
-                .map(move |(k, e)| (*scope, k.as_ref(), &e.value))
-        })
+    /// Before a lookup of `key` in `scope`: sweep if the budget is passed
+    /// (or the entries are due to be measured), then bring the entry back
+    /// from disk if it is there (its copy stays). Without a budget, nothing.
+    fn fault_in(&mut self, scope: i64, key: &[u8]) -> Result<(), StateError> {
+        let Some(spill) = &mut self.spill else {
+            return Ok(());
+        };
+        if self.changes.written.len() >= self.changes.cap {
+            spill.store.note_changed(&self.changes.written)?;
+            self.changes.written_on_disk += self.changes.written.len();
+            self.changes.written.clear();
+        }
+        spill.since_measured += 1;
+        let total = self.resident + spill.store.len();
+        if spill.held > spill.budget || spill.since_measured >= total.max(MEASURE_EVERY) {
+            self.sweep()?;
+        }
+        let StateTable { scopes, spill, .. } = self;
+        let Some(spill) = spill else {
+            return Ok(());
+        };
+        if !spill.store.holds(scope) || scopes.get(&scope).is_some_and(|e| e.contains_key(key)) {
+            return Ok(());
+        }
+        let Some(found) = spill.store.get(scope, key)? else {
+            return Ok(());
+        };
+        self.adopt(found, DiskCopy::Current)
     }
 
-    /// Every value, to fold over (e.g. to count held rows).
-    pub fn values(&self) -> impl Iterator<Item = &C::Value> {
-        self.scopes
+    /// Put entries read back from disk in memory, none of them there yet;
+    /// `disk` says whether their copies stay on disk.
+    fn adopt(&mut self, found: SpilledEntries, disk: DiskCopy) -> Result<(), StateError> {
+        let faulted = self.decode_spilled(found)?;
+        let mut added = 0;
+        let n = faulted.len();
+        for (scope, key, changed_in, value) in faulted {
+            added += entry_size(&self.codec, &key, &value);
+            let entry = Entry {
+                vnode: KeyHasher::vnode_of(&key),
+                touched: true,
+                disk,
+                changed_in,
+                value,
+            };
+            self.scopes.entry(scope).or_default().insert(key, entry);
+        }
+        self.resident += n;
+        if let Some(spill) = &mut self.spill {
+            spill.held += added;
+            if disk != DiskCopy::Absent {
+                spill.shadowed += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decode entries read from disk; a value of no rows is dropped.
+    fn decode_spilled(&self, found: SpilledEntries) -> Result<Vec<Faulted<C::Value>>, StateError> {
+        let Some(spill) = &self.spill else {
+            return Ok(Vec::new());
+        };
+        if found.keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = RecordBatch::try_new(Arc::clone(&spill.schema), found.columns)?;
+        let rows: Vec<usize> = (0..batch.num_rows()).collect();
+        let values = self.codec.decode(&batch, &rows)?;
+        if values.len() != rows.len() {
+            return Err(StateError::Value(format!(
+                "{} spilled rows decoded as {} values",
+                rows.len(),
+                values.len()
+            )));
+        }
+        let mut values = values.into_iter();
+        let mut out = Vec::with_capacity(found.keys.len());
+        let entries = found.keys.into_iter().zip(found.counts).zip(found.rounds);
+        for (((scope, key), count), changed_in) in entries {
+            let mut rows = values.by_ref().take(count);
+            let Some(mut value) = rows.next() else {
+                continue;
+            };
+            for more in rows {
+                self.codec.merge(&mut value, more);
+            }
+            out.push((scope, key, changed_in, value));
+        }
+        Ok(out)
+    }
+
+    /// Measure the entries in memory and, if they pass the budget, move
+    /// the coldest to disk until three quarters of it are left: first the
+    /// entries not used since the last sweep (the others lose their mark:
+    /// a second chance, as a CLOCK cache gives), then any. An entry whose
+    /// disk copy is current is dropped, not written.
+    fn sweep(&mut self) -> Result<(), StateError> {
+        let StateTable {
+            codec,
+            scopes,
+            spill,
+            resident,
+            ..
+        } = self;
+        let Some(spill) = spill else {
+            return Ok(());
+        };
+        // The entries, and the maps' empty slots (a map grows by doubling).
+        let slot = std::mem::size_of::<(Box<[u8]>, Entry<C::Value>)>();
+        let held: usize = scopes
             .values()
-            .flat_map(|e| e.values().map(|e| &e.value))
+            .map(|entries| {
+                let slack = entries.capacity().saturating_sub(entries.len()) * slot;
+                slack
+                    + entries
+                        .iter()
+                        .map(|(k, e)| entry_size(codec, k, &e.value))
+                        .sum::<usize>()
+            })
+            .sum();
+        spill.since_measured = 0;
+        spill.held = held;
+        if held <= spill.budget {
+            return Ok(());
+        }
+        let mut excess = held - spill.budget / 4 * 3;
+        let mut cold: Vec<ColdEntry<C::Value>> = Vec::new();
+        for any in [false, true] {
+            for (scope, entries) in scopes.iter_mut() {
+                if excess == 0 {
+                    break;
+                }
+                let leaving = entries.extract_if(|k, e| {
+                    if excess == 0 {
+                        return false;
+                    }
+                    if !any && e.touched {
+                        e.touched = false;
+                        return false;
+                    }
+                    excess = excess.saturating_sub(entry_size(codec, k, &e.value));
+                    true
+                });
+                cold.extend(leaving.map(|(k, e)| (*scope, k, e)));
+            }
+            if excess == 0 {
+                break;
+            }
+        }
+        scopes.retain(|_, entries| !entries.is_empty());
+        // A map that held far more than it holds now gives the room back
+        // (a restore or a burst grew it past the budget).
+        let mut slack = 0;
+        for entries in scopes.values_mut() {
+            if entries.capacity() > entries.len() * 2 {
+                entries.shrink_to(entries.len() + entries.len() / 3);
+            }
+            slack += entries.capacity().saturating_sub(entries.len()) * slot;
+        }
+        *resident -= cold.len();
+        let kept: usize = scopes
+            .values()
+            .flat_map(|entries| entries.iter())
+            .map(|(k, e)| entry_size(codec, k, &e.value))
+            .sum();
+        spill.held = kept + slack;
+        spill.shadowed -= cold
+            .iter()
+            .filter(|(_, _, e)| e.disk != DiskCopy::Absent)
+            .count();
+        // Unchanged since read from disk: the copy there is the value.
+        cold.retain(|(_, _, e)| e.disk != DiskCopy::Current);
+        let mut cold = cold.into_iter().peekable();
+        while cold.peek().is_some() {
+            let chunk: Vec<_> = cold.by_ref().take(SPILL_CHUNK).collect();
+            let values: Vec<&C::Value> = chunk.iter().map(|(_, _, e)| &e.value).collect();
+            let (columns, counts) = codec.encode(&values)?;
+            // A value of no rows is no entry (as in a snapshot): it is
+            // not written, and an older copy goes.
+            for (scope, key, e) in chunk
+                .iter()
+                .zip(&counts)
+                .filter(|(_, n)| **n == 0)
+                .map(|(c, _)| c)
+            {
+                if e.disk == DiskCopy::Stale {
+                    spill.store.remove(*scope, key)?;
+                }
+            }
+            let written: Vec<usize> = (0..chunk.len()).filter(|&i| counts[i] > 0).collect();
+            let keys: Vec<(i64, &[u8])> = written
+                .iter()
+                .map(|&i| (chunk[i].0, chunk[i].1.as_ref()))
+                .collect();
+            let existed: Vec<bool> = written
+                .iter()
+                .map(|&i| chunk[i].2.disk == DiskCopy::Stale)
+                .collect();
+            let rounds: Vec<u32> = written.iter().map(|&i| chunk[i].2.changed_in).collect();
+            let kept: Vec<usize> = written.iter().map(|&i| counts[i]).collect();
+            spill.store.put(&keys, &existed, &columns, &kept, &rounds)?;
+        }
+        Ok(())
     }
 
     /// The snapshot schema of `kind`: `vnode`, the scope, `key`, then the
@@ -456,28 +1019,145 @@ impl<C: ValueCodec> StateTable<C> {
 
     /// The columns of a snapshot of `kind` (of
     /// [`StateTable::snapshot_schema`]): every entry, or only the entries
-    /// written and removed since [`StateTable::mark_saved`].
+    /// written and removed since [`StateTable::mark_saved`]; entries on
+    /// disk included. All at once: see [`StateTable::snapshot_chunks`].
     pub fn snapshot_columns(&self, kind: SnapshotKind) -> Result<Vec<ArrayRef>, StateError> {
+        let mut chunks = Vec::new();
+        self.snapshot_chunks(kind, usize::MAX, |columns| {
+            chunks.push(columns);
+            Ok::<(), StateError>(())
+        })?;
+        concat_chunks(chunks)
+    }
+
+    /// The snapshot of `kind` as `f` takes it: columns of
+    /// [`StateTable::snapshot_schema`], about `chunk` entries at a time
+    /// (entries in memory, then those on disk, then a delta's tombstones),
+    /// so a snapshot of state larger than memory is never decoded whole.
+    pub fn snapshot_chunks<E: From<StateError>>(
+        &self,
+        kind: SnapshotKind,
+        chunk: usize,
+        mut f: impl FnMut(Vec<ArrayRef>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if kind == SnapshotKind::Delta && self.changes.overflowed {
+            return Err(StateError::Value(
+                "too much changed since the last snapshot to write only the changes: write it whole"
+                    .into(),
+            )
+            .into());
+        }
+        let chunk = chunk.max(1);
+        // At least one chunk, so that an empty snapshot still has columns.
+        let chunks = std::cell::Cell::new(0usize);
+        let mut f = |columns: Vec<ArrayRef>| {
+            chunks.set(chunks.get() + 1);
+            f(columns)
+        };
         let mut rows: Vec<SavedEntry<'_, C::Value>> = Vec::new();
         match kind {
             SnapshotKind::Full => {
-                rows.reserve(self.entries);
+                rows.reserve(self.resident.min(chunk));
                 for (scope, entries) in &self.scopes {
-                    rows.extend(entries.iter().map(|(k, e)| (*scope, k.as_ref(), e)));
+                    for (k, e) in entries {
+                        rows.push((*scope, k.as_ref(), e));
+                        if rows.len() == chunk {
+                            f(self.entry_columns(kind, &rows)?)?;
+                            rows.clear();
+                        }
+                    }
                 }
             }
             SnapshotKind::Delta => {
-                let mut written: Vec<&(i64, Box<[u8]>)> = self.changes.written.iter().collect();
-                written.sort_unstable();
-                written.dedup();
-                for (scope, key) in written {
-                    let entry = self.scopes.get(scope).and_then(|e| e.get(key));
-                    if let Some(e) = entry.filter(|e| e.changed) {
-                        rows.push((*scope, key, e));
+                if self.changes.written_on_disk == 0 {
+                    let mut written: Vec<(i64, &[u8])> = self
+                        .changes
+                        .written
+                        .iter()
+                        .map(|(s, k)| (*s, k.as_ref()))
+                        .collect();
+                    written.sort_unstable();
+                    written.dedup();
+                    self.delta_of(&written, chunk, &mut f)?;
+                } else if let Some(spill) = &self.spill {
+                    // The list outgrew memory: all of it is on disk, each
+                    // key once, read back a chunk at a time.
+                    spill.store.note_changed(&self.changes.written)?;
+                    for keys in spill.store.changed_keys(chunk.min(SPILL_CHUNK)) {
+                        let keys = keys?;
+                        let keys: Vec<(i64, &[u8])> =
+                            keys.iter().map(|(s, k)| (*s, k.as_ref())).collect();
+                        self.delta_of(&keys, chunk, &mut f)?;
                     }
                 }
             }
         }
+        if !rows.is_empty() {
+            f(self.entry_columns(kind, &rows)?)?;
+        }
+        if let Some(spill) = &self.spill {
+            let step = chunk.min(SPILL_CHUNK);
+            match kind {
+                SnapshotKind::Full => {
+                    for found in spill.store.scan(step) {
+                        // A copy of an entry in memory is older or the same.
+                        let found = found?.select(|s, k, _| !self.in_memory(s, k))?;
+                        f(self.spilled_columns(kind, found)?)?;
+                    }
+                }
+                SnapshotKind::Delta => {}
+            }
+        }
+        if kind == SnapshotKind::Delta {
+            f(self.tombstone_columns()?)?;
+        }
+        if chunks.get() == 0 {
+            f(self.entry_columns(kind, &[])?)?;
+        }
+        Ok(())
+    }
+
+    /// A delta's rows of the entries `keys` (each once) that changed
+    /// since the last snapshot: those in memory, then those on disk.
+    fn delta_of<E: From<StateError>>(
+        &self,
+        keys: &[(i64, &[u8])],
+        chunk: usize,
+        f: &mut impl FnMut(Vec<ArrayRef>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let kind = SnapshotKind::Delta;
+        let mut rows: Vec<SavedEntry<'_, C::Value>> = Vec::new();
+        let mut elsewhere: Vec<(i64, &[u8])> = Vec::new();
+        for &(scope, key) in keys {
+            match self.scopes.get(&scope).and_then(|e| e.get_key_value(key)) {
+                Some((k, e)) if e.changed_in == self.round => rows.push((scope, k, e)),
+                Some(_) => {}
+                None => elsewhere.push((scope, key)),
+            }
+            if rows.len() == chunk {
+                f(self.entry_columns(kind, &rows)?)?;
+                rows.clear();
+            }
+        }
+        if !rows.is_empty() {
+            f(self.entry_columns(kind, &rows)?)?;
+        }
+        if let Some(spill) = &self.spill {
+            for keys in elsewhere.chunks(chunk.min(SPILL_CHUNK)) {
+                let found = spill.store.read_shared(keys)?;
+                let found = found.select(|_, _, round| round == self.round)?;
+                f(self.spilled_columns(kind, found)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Snapshot columns of entries in memory.
+    fn entry_columns(
+        &self,
+        kind: SnapshotKind,
+        rows: &[SavedEntry<'_, C::Value>],
+    ) -> Result<Vec<ArrayRef>, StateError> {
         let values: Vec<&C::Value> = rows.iter().map(|(_, _, e)| &e.value).collect();
         let (value_columns, counts) = self.codec.encode(&values)?;
         if counts.len() != values.len() {
@@ -487,61 +1167,92 @@ impl<C: ValueCodec> StateTable<C> {
                 counts.len()
             )));
         }
-        // Each entry's vnode, scope and key repeat over its rows; then, in
-        // a delta, one row per tombstone: (vnode, scope, key or null).
-        let repeat = |i: usize| std::iter::repeat_n(i, counts[i]);
-        let at: Vec<usize> = (0..values.len()).flat_map(repeat).collect();
-        let mut vnodes: Vec<u16> = at.iter().map(|&i| rows[i].2.vnode).collect();
-        let mut scopes: Vec<i64> = at.iter().map(|&i| rows[i].0).collect();
-        let mut keys: Vec<Option<&[u8]>> = at.iter().map(|&i| Some(rows[i].1)).collect();
-        let upserts = at.len();
-        if kind == SnapshotKind::Delta {
-            for (scope, key) in &self.changes.removed {
-                vnodes.push(KeyHasher::vnode_of(key));
-                scopes.push(*scope);
-                keys.push(Some(key));
-            }
-            for scope in &self.changes.removed_scopes {
-                vnodes.push(self.vnodes.start);
-                scopes.push(*scope);
-                keys.push(None);
-            }
+        // Each entry's vnode, scope and key repeat over its rows.
+        let mut meta = RowMeta::default();
+        for (&(scope, key, e), &n) in rows.iter().zip(&counts) {
+            meta.repeat(e.vnode, scope, Some(key), n);
         }
-        let tombstones = keys.len() - upserts;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt16Array::from(vnodes))];
+        self.columns_of(kind, meta, value_columns)
+    }
+
+    /// Snapshot columns of entries read from disk.
+    fn spilled_columns(
+        &self,
+        kind: SnapshotKind,
+        found: SpilledEntries,
+    ) -> Result<Vec<ArrayRef>, StateError> {
+        let mut meta = RowMeta::default();
+        for ((scope, key), &n) in found.keys.iter().zip(&found.counts) {
+            meta.repeat(KeyHasher::vnode_of(key), *scope, Some(key), n);
+        }
+        self.columns_of(kind, meta, found.columns)
+    }
+
+    /// A delta's tombstone rows: (vnode, scope, key or null), no values.
+    fn tombstone_columns(&self) -> Result<Vec<ArrayRef>, StateError> {
+        let mut meta = RowMeta::default();
+        for (scope, key) in &self.changes.removed {
+            meta.repeat(KeyHasher::vnode_of(key), *scope, Some(key), 1);
+        }
+        for scope in &self.changes.removed_scopes {
+            meta.repeat(self.vnodes.start, *scope, None, 1);
+        }
+        let n = meta.keys.len();
+        let nulls: Vec<ArrayRef> = self
+            .codec
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), n))
+            .collect();
+        let mut columns = self.columns_of(SnapshotKind::Delta, meta, nulls)?;
+        if let Some(deleted) = columns.last_mut() {
+            *deleted = Arc::new(BooleanArray::from(vec![true; n]));
+        }
+        Ok(columns)
+    }
+
+    /// The columns of snapshot rows: `meta`, then `values`; a delta's
+    /// `deleted` column is all false here (tombstones set it).
+    fn columns_of(
+        &self,
+        kind: SnapshotKind,
+        meta: RowMeta<'_>,
+        values: Vec<ArrayRef>,
+    ) -> Result<Vec<ArrayRef>, StateError> {
+        let n = meta.keys.len();
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt16Array::from(meta.vnodes))];
         if self.scope_column.is_some() {
-            columns.push(Arc::new(Int64Array::from(scopes)));
+            columns.push(Arc::new(Int64Array::from(meta.scopes)));
         }
-        columns.push(Arc::new(BinaryArray::from(keys)));
-        if kind == SnapshotKind::Full {
-            columns.extend(value_columns);
-            return Ok(columns);
+        columns.push(Arc::new(BinaryArray::from(meta.keys)));
+        columns.extend(values);
+        if kind == SnapshotKind::Delta {
+            columns.push(Arc::new(BooleanArray::from(vec![false; n])));
         }
-        for column in value_columns {
-            let nulls = new_null_array(column.data_type(), tombstones);
-            columns.push(concat(&[column.as_ref(), nulls.as_ref()])?);
-        }
-        let deleted = (0..upserts + tombstones).map(|r| Some(r >= upserts));
-        columns.push(Arc::new(BooleanArray::from_iter(deleted)));
         Ok(columns)
     }
 
     /// The state just snapshotted is saved: the next delta holds only what
     /// changes from now on.
     pub fn mark_saved(&mut self) {
-        let changes = std::mem::take(&mut self.changes);
-        for (scope, key) in changes.written {
-            if let Some(e) = self.scopes.get_mut(&scope).and_then(|e| e.get_mut(&key)) {
-                e.changed = false;
-            }
+        if self.changes.written_on_disk > 0
+            && let Some(spill) = &self.spill
+            && let Err(e) = spill.store.clear_changed()
+        {
+            // Harmless: a delta checks each listed key's round of change.
+            tracing::warn!("{e}");
         }
+        self.changes = self.changes.next();
+        // Round 0 is restored state's: never the current one.
+        self.round = self.round.wrapping_add(1).max(1);
     }
 
     /// Load the rows of `batch` whose vnode this task owns. `batch` is a
     /// snapshot of this operator written for the vnodes `written_for`
     /// (maybe by tasks of another parallelism). A delta's tombstones and
     /// entries replace what the snapshots before it restored; apply a
-    /// task's snapshots in epoch order.
+    /// task's snapshots in epoch order. A table with a memory budget
+    /// spills as it fills.
     pub fn restore(
         &mut self,
         batch: &RecordBatch,
@@ -579,9 +1290,10 @@ impl<C: ValueCodec> StateTable<C> {
         if delta {
             for r in (0..batch.num_rows()).filter(|&r| is_tombstone(r)) {
                 if keys.is_null(r) {
-                    self.forget_scope_in(scope_of(r), written_for);
+                    self.forget_scope_in(scope_of(r), written_for)?;
                 } else if self.vnodes.contains(vnodes.value(r)) {
-                    self.forget(scope_of(r), keys.value(r));
+                    self.fault_in(scope_of(r), keys.value(r))?;
+                    self.forget_in_memory(scope_of(r), keys.value(r))?;
                 }
             }
         }
@@ -593,7 +1305,7 @@ impl<C: ValueCodec> StateTable<C> {
                 values.len()
             )));
         }
-        if self.scope_column.is_none() && !mine.is_empty() {
+        if self.scope_column.is_none() && !mine.is_empty() && self.spill.is_none() {
             // A full snapshot into an empty table: its size is known, so
             // the map is built without growing (and rehashing) as it fills.
             let entries = self.scopes.entry(NO_SCOPE).or_default();
@@ -611,33 +1323,65 @@ impl<C: ValueCodec> StateTable<C> {
             // sequences long with tombstones).
             let continues = previous.is_some_and(|p| scope_of(p) == scope && keys.value(p) == key);
             previous = Some(row);
+            self.fault_in(scope, key)?;
             let entries = self.scopes.entry(scope).or_default();
-            let mut entry = Entry::new(vnodes.value(row), value);
-            entry.changed = false;
-            match entries.get_mut(key) {
-                Some(e) if delta && !continues => *e = entry,
-                Some(e) => self.codec.merge(&mut e.value, entry.value),
-                None => {
-                    self.entries += 1;
-                    entries.insert(key.into(), entry);
+            let mut entry = Entry::new(vnodes.value(row), value, 0);
+            entry.touched = false;
+            let added = match entries.get_mut(key) {
+                Some(e) if delta && !continues => {
+                    if e.disk != DiskCopy::Absent {
+                        entry.disk = DiskCopy::Stale;
+                    }
+                    *e = entry;
+                    0
                 }
+                Some(e) => {
+                    if e.disk == DiskCopy::Current {
+                        e.disk = DiskCopy::Stale;
+                    }
+                    self.codec.merge(&mut e.value, entry.value);
+                    0
+                }
+                None => {
+                    self.resident += 1;
+                    let size = entry_size(&self.codec, key, &entry.value);
+                    entries.insert(key.into(), entry);
+                    size
+                }
+            };
+            if let Some(spill) = &mut self.spill {
+                spill.held += added;
             }
         }
         Ok(())
     }
 
-    /// Remove the entries of `scope` whose vnode is in `range`, without
-    /// recording it as a change.
-    fn forget_scope_in(&mut self, scope: i64, range: VnodeRange) {
-        let Some(entries) = self.scopes.get_mut(&scope) else {
-            return;
-        };
-        let before = entries.len();
-        entries.retain(|_, e| !range.contains(e.vnode));
-        self.entries -= before - entries.len();
-        if entries.is_empty() {
-            self.scopes.remove(&scope);
+    /// Remove the entries of `scope` whose vnode is in `range`, in memory
+    /// and on disk, without recording it as a change.
+    fn forget_scope_in(&mut self, scope: i64, range: VnodeRange) -> Result<(), StateError> {
+        let mut copies = 0;
+        if let Some(entries) = self.scopes.get_mut(&scope) {
+            let before = entries.len();
+            entries.retain(|_, e| {
+                let gone = range.contains(e.vnode);
+                copies += usize::from(gone && e.disk != DiskCopy::Absent);
+                !gone
+            });
+            self.resident -= before - entries.len();
+            if entries.is_empty() {
+                self.scopes.remove(&scope);
+            }
         }
+        if let Some(spill) = &mut self.spill {
+            spill.shadowed -= copies;
+            spill.store.drain_scope(scope, |key| {
+                match range.contains(KeyHasher::vnode_of(key)) {
+                    true => Take::Drop,
+                    false => Take::Leave,
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// Set the watermarks restored with the state: the table is at the
@@ -652,6 +1396,21 @@ impl<C: ValueCodec> StateTable<C> {
     pub fn take_restored_writers(&mut self) -> WriterWatermarks {
         std::mem::take(&mut self.writers)
     }
+}
+
+/// Columns built in chunks, joined column by column.
+fn concat_chunks(mut chunks: Vec<Vec<ArrayRef>>) -> Result<Vec<ArrayRef>, StateError> {
+    chunks.retain(|c| !c.is_empty());
+    if chunks.len() == 1 {
+        return Ok(chunks.pop().unwrap_or_default());
+    }
+    let width = chunks.first().map_or(0, Vec::len);
+    (0..width)
+        .map(|i| {
+            let parts: Vec<&dyn Array> = chunks.iter().map(|c| c[i].as_ref()).collect();
+            Ok(concat(&parts)?)
+        })
+        .collect()
 }
 
 /// Column `name` of `batch` as `T` (of type `expected`).
@@ -710,14 +1469,14 @@ mod tests {
     }
 
     fn contents(table: &StateTable<Numbers>) -> Vec<(i64, Vec<u8>, Vec<i64>)> {
-        let mut all: Vec<_> = table
-            .iter()
-            .map(|(s, k, v)| {
+        let mut all = Vec::new();
+        table
+            .visit(|s, k, v| {
                 let mut v = v.clone();
                 v.sort();
-                (s, k.to_vec(), v)
+                all.push((s, k.to_vec(), v));
             })
-            .collect();
+            .expect("visit");
         all.sort();
         all
     }
@@ -727,7 +1486,10 @@ mod tests {
         let mut whole = StateTable::new(Numbers, Some("window_start"), VnodeRange::all());
         for i in 0..500i64 {
             let key = (i % 97).to_le_bytes();
-            whole.get_or_insert_with(i % 3 * 10, &key, Vec::new).push(i);
+            whole
+                .get_or_insert_with(i % 3 * 10, &key, Vec::new)
+                .expect("state")
+                .push(i);
         }
         let batch = snapshot(&whole);
         assert_eq!(whole.len(), contents(&whole).len());
@@ -753,17 +1515,23 @@ mod tests {
     fn changes_since_the_last_snapshot_are_counted_once_each() {
         let mut table = StateTable::new(Numbers, None, VnodeRange::all());
         for k in 0..10u8 {
-            table.key_or_insert_with(&[k], Vec::new).push(1);
+            table
+                .key_or_insert_with(&[k], Vec::new)
+                .expect("state")
+                .push(1);
         }
         assert_eq!(table.changed(), 10);
         table.mark_saved();
         assert_eq!(table.changed(), 0);
         for _ in 0..3 {
-            table.key_mut(&[1]).expect("held").push(2);
+            table.key_mut(&[1]).expect("state").expect("held").push(2);
         }
-        table.key_or_insert_with(&[2], Vec::new).push(3);
+        table
+            .key_or_insert_with(&[2], Vec::new)
+            .expect("state")
+            .push(3);
         assert_eq!(table.changed(), 2, "two entries written, each once");
-        table.remove_key(&[3]);
+        table.remove_key(&[3]).expect("state");
         assert_eq!(table.changed(), 3);
         assert_eq!(table.len(), 9);
     }
@@ -772,23 +1540,33 @@ mod tests {
     fn closed_scopes_pop_in_order_with_keys_sorted() {
         let mut t = StateTable::new(Numbers, Some("window_start"), VnodeRange::all());
         for (scope, key) in [(20, b"b"), (10, b"z"), (10, b"a"), (30, b"c")] {
-            t.get_or_insert_with(scope, key, Vec::new).push(scope);
+            t.get_or_insert_with(scope, key, Vec::new)
+                .expect("state")
+                .push(scope);
         }
-        let (scope, entries) = t.pop_closed_scope(|s| s < 25).expect("first");
+        let (scope, entries) = t
+            .pop_closed_scope(|s| s < 25)
+            .expect("state")
+            .expect("first");
         assert_eq!(scope, 10);
         let keys: Vec<&[u8]> = entries.iter().map(|(k, _)| k.as_ref()).collect();
         assert_eq!(keys, vec![b"a".as_slice(), b"z"]);
-        assert_eq!(t.pop_closed_scope(|s| s < 25).map(|(s, _)| s), Some(20));
-        assert!(t.pop_closed_scope(|s| s < 25).is_none());
+        assert_eq!(
+            t.pop_closed_scope(|s| s < 25)
+                .expect("state")
+                .map(|(s, _)| s),
+            Some(20)
+        );
+        assert!(t.pop_closed_scope(|s| s < 25).expect("state").is_none());
         assert_eq!(t.len(), 1);
-        assert_eq!(t.remove(30, b"c"), Some(vec![30]));
+        assert_eq!(t.remove(30, b"c").expect("state"), Some(vec![30]));
         assert!(t.is_empty());
     }
 
     #[test]
     fn restore_names_a_missing_or_mistyped_column() {
         let mut t = StateTable::new(Numbers, None, VnodeRange::all());
-        t.key_or_insert_with(b"k", Vec::new).push(1);
+        t.key_or_insert_with(b"k", Vec::new).expect("state").push(1);
         let good = snapshot(&t);
         let without_n = good.project(&[0, 1]).expect("project");
         let err = StateTable::new(Numbers, None, VnodeRange::all())
@@ -814,37 +1592,130 @@ mod tests {
     /// gives exactly the state there is.
     #[test]
     fn a_full_snapshot_and_its_deltas_restore_the_state_exactly() {
+        chains_restore_exactly(None);
+    }
+
+    /// The same with a memory budget of a few entries: most of the state
+    /// lives on disk, is read back, changed, spilled again, snapshotted
+    /// (whole and as deltas) and restored into budgeted tables.
+    #[test]
+    fn a_table_over_its_memory_budget_spills_and_restores_the_state_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spilled = chains_restore_exactly(Some((dir.path(), 1500)));
+        assert!(
+            spilled.0 > 100,
+            "most entries on disk at the end: {spilled:?}"
+        );
+        assert!(spilled.1 > 1000 && spilled.2 > 1000, "{spilled:?}");
+    }
+
+    /// Under a budget, the list of what changed is bounded too: written
+    /// keys past it go to disk (a delta still lists each once), and
+    /// removals past it make the next snapshot whole (a delta is refused).
+    #[test]
+    fn a_budgeted_table_lists_its_changes_on_disk_and_snapshots_whole_past_its_removals() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let budget = Some((dir.path(), 1 << 20)); // lists 4,096 changes
+        let mut table = table_of(budget, VnodeRange::all());
+        let put = |table: &mut StateTable<Numbers>, k: u32, n: i64| {
+            let value = table.key_or_insert_with(&k.to_le_bytes(), Vec::new);
+            value.expect("state").push(n);
+        };
+        for k in 0..3000 {
+            put(&mut table, k, 1);
+        }
+        let mut chain = vec![snapshot(&table)];
+        table.mark_saved();
+        for k in 1000..6000 {
+            put(&mut table, k, 2);
+            put(&mut table, k, 3);
+        }
+        assert!(table.changes.written_on_disk > 0, "the list went to disk");
+        assert!(!table.needs_full());
+        chain.push(encoded(&table, SnapshotKind::Delta));
+        // 2,000 entries of three numbers and 3,000 of two, each once.
+        assert_eq!(
+            chain[1].num_rows(),
+            2000 * 3 + 3000 * 2,
+            "each changed entry once"
+        );
+        table.mark_saved();
+        let restore = |chain: &[RecordBatch]| {
+            let mut restored = table_of(budget, VnodeRange::all());
+            for batch in chain {
+                restored.restore(batch, VnodeRange::all()).expect("restore");
+            }
+            restored
+        };
+        assert_eq!(contents(&restore(&chain)), contents(&table));
+        for k in 0..4100u32 {
+            table.remove_key(&k.to_le_bytes()).expect("state");
+        }
+        assert!(table.needs_full(), "4,100 removals are more than it lists");
+        assert!(table.snapshot_columns(SnapshotKind::Delta).is_err());
+        let whole = restore(&[snapshot(&table)]);
+        assert_eq!(contents(&whole), contents(&table));
+        assert_eq!(whole.len(), 6000 - 4100);
+        table.mark_saved();
+        assert!(!table.needs_full(), "a saved snapshot starts the list over");
+    }
+
+    /// A table, with a budget of `bytes` spilling under `dir` if given.
+    fn table_of(
+        budget: Option<(&std::path::Path, usize)>,
+        vnodes: VnodeRange,
+    ) -> StateTable<Numbers> {
+        let table = StateTable::new(Numbers, Some("window_start"), vnodes);
+        let Some((dir, bytes)) = budget else {
+            return table;
+        };
+        let unique = dir.join(format!("t{}", dir.read_dir().map_or(0, |d| d.count())));
+        table.with_memory_budget(&unique, bytes).expect("budget")
+    }
+
+    /// Random operations over 12 epochs (see the test above); what the
+    /// first task had spilled at the end: (on disk, written, read back).
+    fn chains_restore_exactly(budget: Option<(&std::path::Path, usize)>) -> (usize, u64, u64) {
         let mut next = crate::state::seeded(0x2545_f491_4f6c_dd1du64);
         let mut tasks: Vec<StateTable<Numbers>> = (0..2)
-            .map(|t| StateTable::new(Numbers, Some("window_start"), VnodeRange::of_task(t, 2)))
+            .map(|t| table_of(budget, VnodeRange::of_task(t, 2)))
             .collect();
         // Per task, the chain since its last full snapshot.
         let mut chains: Vec<Vec<RecordBatch>> = vec![Vec::new(), Vec::new()];
         let mut closed_below = 0;
         for epoch in 0..12 {
             for _ in 0..300 {
-                let key = next(40).to_le_bytes();
+                let key = next(400).to_le_bytes();
                 let t = usize::from(!VnodeRange::of_task(0, 2).contains(KeyHasher::vnode_of(&key)));
                 let table = &mut tasks[t];
                 let scope = closed_below + next(4) as i64;
                 match next(10) {
                     0 => {
-                        table.remove(scope, &key);
+                        table.remove(scope, &key).expect("state");
+                    }
+                    2 => {
+                        let near = (next(400) as usize).to_le_bytes();
+                        let keys = [key.as_slice(), near.as_slice()];
+                        table.prefetch(scope, keys).expect("prefetch");
                     }
                     1 => {
-                        if let Some(v) = table.get_mut(scope, &key) {
+                        if let Some(v) = table.get_mut(scope, &key).expect("state") {
                             v.clear();
                             v.push(-1);
                         }
                     }
                     _ => table
                         .get_or_insert_with(scope, &key, Vec::new)
+                        .expect("state")
                         .push(next(1000) as i64),
                 }
             }
             if epoch % 3 == 2 {
                 for table in &mut tasks {
-                    while table.pop_closed_scope(|s| s <= closed_below).is_some() {}
+                    while (table.pop_closed_scope(|s| s <= closed_below))
+                        .expect("state")
+                        .is_some()
+                    {}
                 }
                 closed_below += 1;
             }
@@ -858,16 +1729,15 @@ mod tests {
                 chains[t].push(encoded(table, kind));
                 table.mark_saved();
             }
+            for table in &tasks {
+                assert_eq!(table.len(), contents(table).len(), "epoch {epoch}: counted");
+            }
             let mut expected: Vec<_> = tasks.iter().flat_map(contents).collect();
             expected.sort();
             for parallelism in [1, 3] {
                 let mut restored = Vec::new();
                 for task in 0..parallelism {
-                    let mut part = StateTable::new(
-                        Numbers,
-                        Some("window_start"),
-                        VnodeRange::of_task(task, parallelism),
-                    );
+                    let mut part = table_of(budget, VnodeRange::of_task(task, parallelism));
                     // Tasks' chains are independent: apply them one by one.
                     for (t, chain) in chains.iter().enumerate() {
                         for batch in chain {
@@ -875,6 +1745,7 @@ mod tests {
                                 .expect("restore");
                         }
                     }
+                    assert_eq!(part.len(), contents(&part).len(), "restored: counted");
                     restored.extend(contents(&part));
                 }
                 restored.sort();
@@ -884,6 +1755,7 @@ mod tests {
                 );
             }
         }
+        tasks[0].spilled()
     }
 
     #[test]

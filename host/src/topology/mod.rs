@@ -383,6 +383,9 @@ pub struct StageNode {
     pub parallelism: u32,
     /// The sink (without input) that receives this stage's late rows.
     pub late_rows: Option<String>,
+    /// Bytes of state each task keeps in memory before the coldest
+    /// entries go to local disk (`state_memory`); `None`: all in memory.
+    pub state_memory: Option<u64>,
 }
 
 /// A sink node.
@@ -421,6 +424,10 @@ pub struct Settings {
     /// Run as a member of a cluster (`[cluster]` or `--cluster`): keyed
     /// edges go through Kafka exchange topics.
     pub cluster: Option<crate::cluster::ClusterSettings>,
+    /// Where stages with `state_memory` keep the state that does not fit
+    /// (the run's state directory's `spill/`; the system's temporary
+    /// directory if unset).
+    pub spill_dir: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -434,6 +441,7 @@ impl Default for Settings {
             checkpoint_final_timeout: Duration::from_secs(30),
             push_down: true,
             cluster: None,
+            spill_dir: None,
         }
     }
 }
@@ -754,6 +762,38 @@ allow_write = ["az://c/out"]"#,
                 && e.contains("`s3://lake/tenants/acme`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn state_memory_is_a_size_on_native_stages_refused_on_plugins_and_below_1mib() {
+        let topology = |stage: &str| {
+            format!(
+                "[sources.s]\nplugin = \"generator\"\n[stages.t]\ninput = \"s\"\n{stage}\n[sinks.k]\ninput = \"t\"\nplugin = \"blackhole-sink\"\n"
+            )
+        };
+        let grouped = "updating = true\nkey = [\"seq\"]\naggregates = [\"count(*) AS n\"]";
+        let t = parse(&topology(grouped)).expect("valid");
+        assert_eq!(t.stages[0].state_memory, None, "all in memory by default");
+        let t = parse(&topology(&format!("{grouped}\nstate_memory = \"64MiB\""))).expect("valid");
+        assert_eq!(t.stages[0].state_memory, Some(64 << 20));
+        for (stage, says) in [
+            (
+                format!("{grouped}\nstate_memory = \"512KiB\""),
+                "at least 1MiB",
+            ),
+            (
+                format!("{grouped}\nstate_memory = \"lots\""),
+                "stages.t.state_memory",
+            ),
+            (
+                "plugin = \"pii-redactor\"\nstate_memory = \"64MiB\"".to_string(),
+                "a keyed step's state is bounded by `state_limit`",
+            ),
+        ] {
+            let err = parse(&topology(&stage)).expect_err("invalid").to_string();
+            assert!(err.contains(says), "{stage}: {err}");
+            assert!(err.contains("state_memory"), "{err}");
+        }
     }
 
     #[test]

@@ -119,6 +119,7 @@ struct RawNode {
     updating: Option<bool>,
     late_rows: Option<String>,
     state_limit: Option<String>,
+    state_memory: Option<String>,
 }
 
 /// `watermark = { … }` on a source.
@@ -561,6 +562,7 @@ fn read_stage(
             "`watermark` belongs on a source: watermarks start where rows enter",
         ));
     }
+    let state_memory = state_memory(ctx, &key, &mut node, errors);
     let (kind, late_rows) = stage_kind(ctx, &key, node, sandbox, errors)?;
     Some(StageNode {
         name,
@@ -568,8 +570,45 @@ fn read_stage(
         kind,
         parallelism,
         late_rows,
+        state_memory: state_memory?,
     })
 }
+
+/// `state_memory = "1GiB"` on a native stage: bytes of state each task
+/// keeps in memory before the coldest goes to local disk. `Some(None)`
+/// when absent, `None` when refused.
+fn state_memory(
+    ctx: &Ctx<'_>,
+    key: &str,
+    node: &mut RawNode,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<Option<u64>> {
+    let Some(text) = node.state_memory.take() else {
+        return Some(None);
+    };
+    let at = format!("{key}.state_memory");
+    let refuse = |errors: &mut Vec<Diagnostic>, message: String| {
+        errors.push(ctx.map.at_key(&at, message));
+        None
+    };
+    if node.plugin.is_some() || node.path.is_some() {
+        return refuse(
+            errors,
+            "`state_memory` budgets the state of native stages (windows, sessions, top-N, joins, SQL GROUP BY); a keyed step's state is bounded by `state_limit`".into(),
+        );
+    }
+    match parse_size(&text) {
+        Ok(bytes) if bytes >= MIN_STATE_MEMORY => Some(Some(bytes as u64)),
+        Ok(_) => refuse(
+            errors,
+            format!("`{text}` is too small: at least 1MiB (the disk takes what does not fit)"),
+        ),
+        Err(e) => refuse(errors, e),
+    }
+}
+
+/// The smallest `state_memory`.
+const MIN_STATE_MEMORY: usize = 1 << 20;
 
 /// What a stage is — native stateful, SQL, or a (keyed) plugin step —
 /// and, for the stateful kinds that drop late rows, where they go.
@@ -741,6 +780,7 @@ fn refuse_stage_keys(
         ("updating", node.updating.is_some()),
         ("late_rows", node.late_rows.is_some()),
         ("state_limit", node.state_limit.is_some()),
+        ("state_memory", node.state_memory.is_some()),
     ];
     for (field, _) in present.iter().filter(|(_, p)| *p) {
         errors.push(ctx.map.at_key(

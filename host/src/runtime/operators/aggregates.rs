@@ -576,6 +576,38 @@ impl ValueCodec for GroupCodec {
     fn merge(&self, into: &mut GroupAccs, more: GroupAccs) {
         self.0.merge(into, &more);
     }
+
+    fn heap_size(&self, group: &GroupAccs) -> usize {
+        group.heap_size()
+    }
+}
+
+impl GroupAccs {
+    /// Bytes the group holds on the heap, about.
+    pub fn heap_size(&self) -> usize {
+        use super::rows::allocation;
+        let sets: usize = self
+            .sets
+            .iter()
+            .map(|set| {
+                // hashbrown: a slot per bucket (buckets ≥ 8/7 of the
+                // capacity) plus a control byte, and each value's bytes.
+                let slots = set.capacity() * 8 / 7;
+                slots * (std::mem::size_of::<Box<[u8]>>() + 1)
+                    + set.iter().map(|v| allocation(v.len())).sum::<usize>()
+            })
+            .sum();
+        let extremes: usize = self
+            .extremes
+            .iter()
+            .map(|e| e.as_ref().map_or(0, |v| allocation(v.len())))
+            .sum();
+        allocation(self.accs.capacity() * std::mem::size_of::<Acc>())
+            + allocation(self.sets.capacity() * std::mem::size_of::<HashSet<Box<[u8]>>>())
+            + allocation(self.extremes.capacity() * std::mem::size_of::<Option<Box<[u8]>>>())
+            + sets
+            + extremes
+    }
 }
 
 fn fold_one(function: AggregateFn, acc: &mut Acc, int: Option<i64>, float: f64, t: i64) {

@@ -1,7 +1,8 @@
 //! What the stateful operators share: event times read as microseconds,
 //! whole rows kept as Arrow row-format bytes (compact, hashable, ordered,
 //! snapshotted as one binary column) and decoded back into columns, the
-//! watermark a snapshot carries, and the gauge of state held.
+//! watermark a snapshot carries, the gauge of state held, and a batch's
+//! rows grouped by key (so a keyed operator looks each key up once).
 //!
 //! Nothing here decides semantics (which rows meet, when state fires):
 //! that stays in each operator's file.
@@ -266,4 +267,74 @@ pub fn keyed_aggregation(
     // Validate the key encoding once, here, rather than per task.
     crate::state::KeyHasher::new(input, key).map_err(|e| ("key".to_string(), e.to_string()))?;
     Ok((time, fields, bound))
+}
+
+/// A batch's rows grouped by key: each distinct key once, in the order
+/// first seen, and its rows in row order.
+pub struct RowsByKey<'a> {
+    /// The distinct keys, in the order first seen.
+    pub keys: Vec<&'a [u8]>,
+    /// Rows of key `i`: `rows[starts[i]..starts[i + 1]]`.
+    starts: Vec<u32>,
+    rows: Vec<u32>,
+}
+
+impl<'a> RowsByKey<'a> {
+    /// Group rows `0..n` by `key_of(row)`.
+    pub fn of(n: usize, key_of: impl Fn(usize) -> &'a [u8]) -> Self {
+        let mut index: HashMap<&'a [u8], u32, foldhash::fast::RandomState> = HashMap::default();
+        let mut keys: Vec<&'a [u8]> = Vec::new();
+        let mut of_row: Vec<u32> = Vec::with_capacity(n);
+        for row in 0..n {
+            let key = key_of(row);
+            let next = keys.len() as u32;
+            let id = *index.entry(key).or_insert_with(|| {
+                keys.push(key);
+                next
+            });
+            of_row.push(id);
+        }
+        // A counting sort of the rows by key id: stable, so each key's
+        // rows stay in row order (first/last values depend on it).
+        let mut starts = vec![0u32; keys.len() + 1];
+        for &id in &of_row {
+            starts[id as usize + 1] += 1;
+        }
+        for i in 0..keys.len() {
+            starts[i + 1] += starts[i];
+        }
+        let mut next = starts.clone();
+        let mut rows = vec![0u32; n];
+        for (row, &id) in of_row.iter().enumerate() {
+            rows[next[id as usize] as usize] = row as u32;
+            next[id as usize] += 1;
+        }
+        RowsByKey { keys, starts, rows }
+    }
+
+    /// Each key with its rows, keys in byte order.
+    pub fn in_key_order(&self) -> impl Iterator<Item = (&'a [u8], &[u32])> {
+        let mut order: Vec<usize> = (0..self.keys.len()).collect();
+        order.sort_unstable_by_key(|&i| self.keys[i]);
+        order.into_iter().map(|i| {
+            let (from, to) = (self.starts[i] as usize, self.starts[i + 1] as usize);
+            (self.keys[i], &self.rows[from..to])
+        })
+    }
+}
+
+/// Bytes a heap allocation of `len` bytes takes, about (allocators round
+/// small sizes up to classes of 16 bytes).
+pub fn allocation(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        len.next_multiple_of(16)
+    }
+}
+
+/// Bytes `rows` (a list of encoded rows) holds on the heap, about.
+pub fn rows_heap_size(rows: &[Box<[u8]>], capacity: usize) -> usize {
+    allocation(capacity * std::mem::size_of::<Box<[u8]>>())
+        + rows.iter().map(|r| allocation(r.len())).sum::<usize>()
 }

@@ -128,6 +128,11 @@ impl ValueCodec for SessionCodec {
             .collect())
     }
 
+    fn heap_size(&self, sessions: &Self::Value) -> usize {
+        super::rows::allocation(sessions.capacity() * std::mem::size_of::<Session>())
+            + sessions.iter().map(|s| s.accs.heap_size()).sum::<usize>()
+    }
+
     fn merge(&self, into: &mut Self::Value, more: Self::Value) {
         for session in more {
             let at = into.partition_point(|s| s.start < session.start);
@@ -158,10 +163,12 @@ impl SessionAggregate {
             .map_err(ctx.arrow("finding the key columns"))?;
         let codec = SessionCodec(GroupCodec(plan.aggregates.clone()));
         let table = ctx.restore_table(codec, None)?;
-        let by_end = table
-            .iter()
-            .flat_map(|(_, key, sessions)| sessions.iter().map(move |s| (s.end, Box::from(key))))
-            .collect();
+        let mut by_end = BTreeSet::new();
+        table
+            .visit(|_, key, sessions| {
+                by_end.extend(sessions.iter().map(|s| (s.end, Box::from(key))));
+            })
+            .map_err(|e| ctx.state_error(e))?;
         Ok(SessionAggregate {
             gap: plan.spec.gap.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
@@ -182,9 +189,12 @@ impl SessionAggregate {
 
     /// Fold row `row` at time `t` into the sessions of `key`, merging every
     /// session its interval overlaps.
-    fn add(&mut self, key: &[u8], t: i64, values: &[Values], row: usize) {
+    fn add(&mut self, key: &[u8], t: i64, values: &[Values], row: usize) -> Result<(), TaskError> {
         let end = t.saturating_add(self.gap);
-        let sessions = self.table.key_or_insert_with(key, Vec::new);
+        let sessions = self
+            .table
+            .key_or_insert_with(key, Vec::new)
+            .map_err(|e| self.ctx.state_error(e))?;
         let mut merged = Session {
             start: t,
             end,
@@ -205,6 +215,7 @@ impl SessionAggregate {
         }
         self.by_end.insert((merged.end, key.into()));
         sessions.insert(first, merged);
+        Ok(())
     }
 
     /// Emit and drop every session that closes at or before `watermark`.
@@ -217,12 +228,14 @@ impl SessionAggregate {
             let Some((end, key)) = self.by_end.pop_first() else {
                 break;
             };
-            if let Some(sessions) = self.table.key_mut(&key) {
+            let held = self.table.key_mut(&key);
+            if let Some(sessions) = held.map_err(|e| self.ctx.state_error(e))? {
                 if let Some(i) = sessions.iter().position(|s| s.end == end) {
                     closed.push((key.clone(), sessions.remove(i)));
                 }
                 if sessions.is_empty() {
-                    self.table.remove_key(&key);
+                    let removed = self.table.remove_key(&key);
+                    removed.map_err(|e| self.ctx.state_error(e))?;
                 }
             }
         }
@@ -287,7 +300,7 @@ impl Operator for SessionAggregate {
                 continue;
             }
             let key = self.hasher.key_of(&rows, r);
-            self.add(key, times.value(r), &values, r);
+            self.add(key, times.value(r), &values, r)?;
         }
         out.late(&batch, late)?;
         self.gauge.report(self.by_end.len() as u64, out);

@@ -168,6 +168,10 @@ impl ValueCodec for RankingCodec {
             self.offer(into, &row);
         }
     }
+
+    fn heap_size(&self, ranking: &Self::Value) -> usize {
+        super::rows::rows_heap_size(ranking, ranking.capacity())
+    }
 }
 
 /// The operator of one top-N task.
@@ -197,10 +201,14 @@ impl TopN {
             n: plan.spec.n as usize,
         };
         let table = ctx.restore_table(ranking, Some("window_start"))?;
+        let mut rows_held = 0;
+        table
+            .visit(|_, _, r| rows_held += r.len() as u64)
+            .map_err(|e| ctx.state_error(e))?;
         Ok(TopN {
             size: plan.spec.size.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
-            rows_held: table.values().map(|r| r.len() as u64).sum(),
+            rows_held,
             format: plan.format(),
             plan,
             hasher,
@@ -222,6 +230,7 @@ impl TopN {
         while let Some((start, rankings)) = self
             .table
             .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+            .map_err(|e| self.ctx.state_error(e))?
         {
             let mut rows: Vec<(&[u8], u64)> = Vec::new();
             for (_, ranking) in &rankings {
@@ -297,7 +306,10 @@ impl Operator for TopN {
                 continue;
             }
             let key = self.hasher.key_of(&keys, r);
-            let ranking = self.table.get_or_insert_with(start, key, Vec::new);
+            let ranking = self
+                .table
+                .get_or_insert_with(start, key, Vec::new)
+                .map_err(|e| self.ctx.state_error(e))?;
             self.rows_held += ranker.offer(ranking, rows.row(r).data());
         }
         out.late(&batch, late)?;

@@ -18,14 +18,13 @@
 //! late. Its state grows with the number of distinct keys and is never
 //! released (no window ends a group): `validate` says so.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::aggregates::{Aggregates, GroupCodec, GroupResult};
-use super::rows::{OUTPUT_BATCH, SettingError, StateGauge, find_column};
+use super::rows::{OUTPUT_BATCH, RowsByKey, SettingError, StateGauge, find_column};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
@@ -100,59 +99,6 @@ impl Change {
     }
 }
 
-/// A batch's rows grouped by key: each distinct key once, in the order
-/// first seen, and its rows in row order.
-struct RowsByKey<'a> {
-    keys: Vec<&'a [u8]>,
-    /// Rows of key `i`: `rows[starts[i]..starts[i + 1]]`.
-    starts: Vec<u32>,
-    rows: Vec<u32>,
-}
-
-impl<'a> RowsByKey<'a> {
-    /// Group rows `0..n` by `key_of(row)`.
-    fn of(n: usize, key_of: impl Fn(usize) -> &'a [u8]) -> Self {
-        let mut index: HashMap<&'a [u8], u32, foldhash::fast::RandomState> = HashMap::default();
-        let mut keys: Vec<&'a [u8]> = Vec::new();
-        let mut of_row: Vec<u32> = Vec::with_capacity(n);
-        for row in 0..n {
-            let key = key_of(row);
-            let next = keys.len() as u32;
-            let id = *index.entry(key).or_insert_with(|| {
-                keys.push(key);
-                next
-            });
-            of_row.push(id);
-        }
-        // A counting sort of the rows by key id: stable, so each key's
-        // rows stay in row order (first/last values depend on it).
-        let mut starts = vec![0u32; keys.len() + 1];
-        for &id in &of_row {
-            starts[id as usize + 1] += 1;
-        }
-        for i in 0..keys.len() {
-            starts[i + 1] += starts[i];
-        }
-        let mut next = starts.clone();
-        let mut rows = vec![0u32; n];
-        for (row, &id) in of_row.iter().enumerate() {
-            rows[next[id as usize] as usize] = row as u32;
-            next[id as usize] += 1;
-        }
-        RowsByKey { keys, starts, rows }
-    }
-
-    /// Each key with its rows, keys in byte order.
-    fn in_key_order(&self) -> impl Iterator<Item = (&'a [u8], &[u32])> {
-        let mut order: Vec<usize> = (0..self.keys.len()).collect();
-        order.sort_unstable_by_key(|&i| self.keys[i]);
-        order.into_iter().map(|i| {
-            let (from, to) = (self.starts[i] as usize, self.starts[i + 1] as usize);
-            (self.keys[i], &self.rows[from..to])
-        })
-    }
-}
-
 /// The operator of one task of an updating stage.
 pub struct UpdatingAggregate {
     plan: UpdatingPlan,
@@ -213,12 +159,16 @@ impl Operator for UpdatingAggregate {
         // group it touches is looked up in the state once, not three times
         // per row (perf: those lookups were most of the operator).
         let touched = RowsByKey::of(batch.num_rows(), |row| self.hasher.key_of(&rows, row));
+        // Groups on disk (under `state_memory`) come back in one read.
+        let prefetched = self.table.prefetch_keys(touched.keys.iter().copied());
+        prefetched.map_err(|e| self.ctx.state_error(e))?;
         let mut changes = Vec::with_capacity(touched.keys.len() * 2);
         // In key order, so the changes are too.
         for (key, rows) in touched.in_key_order() {
             let (group, new) = self
                 .table
-                .key_or_insert_flagged(key, || aggregates.new_group());
+                .key_or_insert_flagged(key, || aggregates.new_group())
+                .map_err(|e| self.ctx.state_error(e))?;
             let before = (!new).then(|| aggregates.result_of(group));
             for &row in rows {
                 aggregates.fold(group, &values, row as usize, 0);

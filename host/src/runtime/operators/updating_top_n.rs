@@ -14,13 +14,12 @@
 //! This operator never reads time: watermarks pass through and no row is
 //! late. It holds at most `n` rows per key, for every key it has seen.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use super::rows::{OUTPUT_BATCH, RowCodec, SettingError, StateGauge, find_column};
+use super::rows::{OUTPUT_BATCH, RowCodec, RowsByKey, SettingError, StateGauge, find_column};
 use super::top_n::RankingCodec;
 use super::updating::Change;
 use crate::runtime::checkpoint::StateContext;
@@ -122,8 +121,12 @@ impl UpdatingTopN {
         let codec = RowCodec::ranked(Arc::clone(&plan.input), &plan.order)
             .map_err(ctx.arrow("ordering rows"))?;
         let table = ctx.restore_table(RankingCodec { n: plan.n }, None)?;
+        let mut rows_held = 0;
+        table
+            .visit(|_, _, r| rows_held += r.len() as u64)
+            .map_err(|e| ctx.state_error(e))?;
         Ok(UpdatingTopN {
-            rows_held: table.values().map(|r| r.len() as u64).sum(),
+            rows_held,
             format: plan.format(),
             plan,
             hasher,
@@ -135,10 +138,10 @@ impl UpdatingTopN {
     }
 
     /// The change rows of `changes`: (row, rank, kind).
-    fn output(&self, changes: &[(&[u8], u64, Change)]) -> Result<RecordBatch, TaskError> {
+    fn output(&self, changes: &[(Box<[u8]>, u64, Change)]) -> Result<RecordBatch, TaskError> {
         let mut columns = self
             .codec
-            .decode(changes.iter().map(|(r, _, _)| *r))
+            .decode(changes.iter().map(|(r, _, _)| r.as_ref()))
             .map_err(self.ctx.arrow("decoding rows"))?;
         columns.push(Arc::new(UInt64Array::from_iter_values(
             changes.iter().map(|(_, rank, _)| *rank),
@@ -165,35 +168,33 @@ impl Operator for UpdatingTopN {
             .encode(&batch)
             .map_err(self.ctx.arrow("encoding rows"))?;
         let ranker = *self.table.codec();
-        // Each key this batch offers rows to, with its ranking before the
-        // batch (`None`: a new key). Ordered by key, so the changes are too.
-        let mut touched: BTreeMap<&[u8], Option<Ranking>> = BTreeMap::new();
-        for r in 0..batch.num_rows() {
-            let key = self.hasher.key_of(&keys, r);
-            if !touched.contains_key(key) {
-                touched.insert(key, self.table.key(key).cloned());
+        // Each key this batch offers rows to, looked up once; in key order,
+        // so the changes are too. A (row, rank) is kept iff the other
+        // ranking holds the same row at that rank: what left (or moved),
+        // then what entered, per key.
+        let touched = RowsByKey::of(batch.num_rows(), |r| self.hasher.key_of(&keys, r));
+        let prefetched = self.table.prefetch_keys(touched.keys.iter().copied());
+        prefetched.map_err(|e| self.ctx.state_error(e))?;
+        let mut changes: Vec<(Box<[u8]>, u64, Change)> = Vec::new();
+        for (key, offered) in touched.in_key_order() {
+            let (ranking, new) = self
+                .table
+                .key_or_insert_flagged(key, Vec::new)
+                .map_err(|e| self.ctx.state_error(e))?;
+            let was: Ranking = if new { Vec::new() } else { ranking.clone() };
+            for &r in offered {
+                self.rows_held += ranker.offer(ranking, rows.row(r as usize).data());
             }
-            let ranking = self.table.key_or_insert_with(key, Vec::new);
-            self.rows_held += ranker.offer(ranking, rows.row(r).data());
-        }
-        // A (row, rank) is kept iff the other ranking holds the same row at
-        // that rank: what left (or moved), then what entered, per key.
-        let mut changes: Vec<(&[u8], u64, Change)> = Vec::new();
-        for (key, before) in &touched {
-            let was: &[Box<[u8]>] = before.as_deref().unwrap_or_default();
-            let now: &[Box<[u8]>] = self.table.key(key).map_or(&[], Vec::as_slice);
-            let entered = match before {
-                Some(_) => Change::After,
-                None => Change::Insert,
-            };
-            for (rank, row) in (1..).zip(was) {
+            let now: &[Box<[u8]>] = ranking;
+            let entered = if new { Change::Insert } else { Change::After };
+            for (rank, row) in (1..).zip(&was) {
                 if now.get(rank as usize - 1) != Some(row) {
-                    changes.push((row, rank, Change::Before));
+                    changes.push((row.clone(), rank, Change::Before));
                 }
             }
             for (rank, row) in (1..).zip(now) {
                 if was.get(rank as usize - 1) != Some(row) {
-                    changes.push((row, rank, entered));
+                    changes.push((row.clone(), rank, entered));
                 }
             }
         }

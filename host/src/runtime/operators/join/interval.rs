@@ -81,6 +81,15 @@ impl ValueCodec for KeyRowsCodec {
             .collect())
     }
 
+    fn heap_size(&self, by_time: &KeyRows) -> usize {
+        // A B-tree node per few times, about a slot's worth per time.
+        let per_time = std::mem::size_of::<(i64, Vec<Box<[u8]>>)>() * 3 / 2;
+        by_time
+            .values()
+            .map(|rows| per_time + super::super::rows::rows_heap_size(rows, rows.capacity()))
+            .sum()
+    }
+
     fn merge(&self, into: &mut KeyRows, more: KeyRows) {
         for (t, rows) in more {
             into.entry(t).or_default().extend(rows);
@@ -125,13 +134,15 @@ impl IntervalJoin {
         let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;
         let mut expiry: [BTreeSet<(i64, Box<[u8]>)>; 2] = Default::default();
         let mut rows = [0u64; 2];
-        for (side, key, by_time) in table.iter() {
-            let side = side.clamp(0, 1) as usize;
-            for (t, held) in by_time {
-                expiry[side].insert((*t, key.into()));
-                rows[side] += held.len() as u64;
-            }
-        }
+        table
+            .visit(|side, key, by_time| {
+                let side = side.clamp(0, 1) as usize;
+                for (t, held) in by_time {
+                    expiry[side].insert((*t, key.into()));
+                    rows[side] += held.len() as u64;
+                }
+            })
+            .map_err(|e| ctx.state_error(e))?;
         Ok(IntervalJoin {
             lower,
             upper,
@@ -153,10 +164,11 @@ impl IntervalJoin {
     }
 
     /// Buffer `row` of `side` at time `t`.
-    fn hold(&mut self, side: usize, key: &[u8], t: i64, row: &[u8]) {
+    fn hold(&mut self, side: usize, key: &[u8], t: i64, row: &[u8]) -> Result<(), TaskError> {
         let held = self
             .table
             .get_or_insert_with(side as i64, key, KeyRows::new)
+            .map_err(|e| self.ctx.state_error(e))?
             .entry(t)
             .or_default();
         if held.is_empty() {
@@ -164,10 +176,11 @@ impl IntervalJoin {
         }
         held.push(row.into());
         self.rows[side] += 1;
+        Ok(())
     }
 
     /// Drop the rows of `side` older than `horizon`.
-    fn expire(&mut self, side: usize, horizon: i64) {
+    fn expire(&mut self, side: usize, horizon: i64) -> Result<(), TaskError> {
         while let Some((t, _)) = self.expiry[side].first() {
             if *t >= horizon {
                 break;
@@ -176,15 +189,18 @@ impl IntervalJoin {
                 break;
             };
             let scope = side as i64;
-            if let Some(by_time) = self.table.get_mut(scope, &key) {
+            let held = self.table.get_mut(scope, &key);
+            if let Some(by_time) = held.map_err(|e| self.ctx.state_error(e))? {
                 if let Some(rows) = by_time.remove(&t) {
                     self.rows[side] -= rows.len() as u64;
                 }
                 if by_time.is_empty() {
-                    self.table.remove(scope, &key);
+                    let removed = self.table.remove(scope, &key);
+                    removed.map_err(|e| self.ctx.state_error(e))?;
                 }
             }
         }
+        Ok(())
     }
 
     /// The oldest time a new row may have and still be joined.
@@ -231,7 +247,8 @@ impl Operator for IntervalJoin {
             let key = keys.row(r).data();
             let row = rows.row(r).data();
             let (from, to) = self.partners(side, t);
-            if let Some(other) = self.table.get(1 - side as i64, key) {
+            let other = self.table.get(1 - side as i64, key);
+            if let Some(other) = other.map_err(|e| self.ctx.state_error(e))? {
                 for partner in other.range(from..=to).flat_map(|(_, v)| v) {
                     pairs.push(if side == 0 {
                         (row.into(), partner.clone())
@@ -240,7 +257,7 @@ impl Operator for IntervalJoin {
                     });
                 }
             }
-            self.hold(side, key, t, row);
+            self.hold(side, key, t, row)?;
         }
         for chunk in pairs.chunks(OUTPUT_BATCH) {
             let refs: Vec<(&[u8], &[u8])> = chunk.iter().map(|(l, r)| (&**l, &**r)).collect();
@@ -258,8 +275,8 @@ impl Operator for IntervalJoin {
             if let Some(h) = self.horizon() {
                 // A left row meets right rows up to `t + upper`; a right row
                 // meets left rows down to `t − lower`.
-                self.expire(0, h.saturating_sub(self.upper));
-                self.expire(1, h.saturating_add(self.lower));
+                self.expire(0, h.saturating_sub(self.upper))?;
+                self.expire(1, h.saturating_add(self.lower))?;
             }
             self.gauge.report(self.rows_held(), out);
         }

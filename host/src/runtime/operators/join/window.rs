@@ -67,6 +67,14 @@ impl ValueCodec for BucketCodec {
             .collect())
     }
 
+    fn heap_size(&self, bucket: &Bucket) -> usize {
+        use super::super::rows::rows_heap_size;
+        bucket
+            .iter()
+            .map(|rows| rows_heap_size(rows, rows.capacity()))
+            .sum()
+    }
+
     fn merge(&self, into: &mut Bucket, more: Bucket) {
         let [left, right] = more;
         into[0].extend(left);
@@ -96,13 +104,14 @@ impl WindowJoin {
         };
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(BucketCodec, Some("window_start"))?;
+        let mut rows_held = 0;
+        table
+            .visit(|_, _, b| rows_held += (b[0].len() + b[1].len()) as u64)
+            .map_err(|e| ctx.state_error(e))?;
         Ok(WindowJoin {
             size: size.as_micros() as i64,
             lateness: plan.spec.allowed_lateness.as_micros() as i64,
-            rows_held: table
-                .values()
-                .map(|b| (b[0].len() + b[1].len()) as u64)
-                .sum(),
+            rows_held,
             format: plan.format(),
             plan,
             sides,
@@ -123,6 +132,7 @@ impl WindowJoin {
         while let Some((start, mut buckets)) = self
             .table
             .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+            .map_err(|e| self.ctx.state_error(e))?
         {
             let mut pairs: Vec<(&[u8], &[u8])> = Vec::new();
             for (_, bucket) in &mut buckets {
@@ -180,7 +190,8 @@ impl Operator for WindowJoin {
             }
             let bucket = self
                 .table
-                .get_or_insert_with(start, keys.row(r).data(), Bucket::default);
+                .get_or_insert_with(start, keys.row(r).data(), Bucket::default)
+                .map_err(|e| self.ctx.state_error(e))?;
             bucket[side].push(rows.row(r).data().into());
             self.rows_held += 1;
         }

@@ -190,7 +190,9 @@ impl WindowAggregate {
             if start > oldest {
                 // No window still to fire holds it (its rows were all in
                 // windows that fired).
-                self.table.pop_closed_scope(|_| true);
+                self.table
+                    .pop_closed_scope(|_| true)
+                    .map_err(|e| self.ctx.state_error(e))?;
                 continue;
             }
             if start.saturating_add(closes) > watermark {
@@ -199,7 +201,10 @@ impl WindowAggregate {
             self.emit_merged(start, out)?;
             let next = start.saturating_add(slide);
             first = Some(next);
-            while self.table.pop_closed_scope(|slice| slice < next).is_some() {}
+            while (self.table.pop_closed_scope(|slice| slice < next))
+                .map_err(|e| self.ctx.state_error(e))?
+                .is_some()
+            {}
         }
         self.fired_through = Some(watermark);
         if self.writers.highest().is_none_or(|h| h <= watermark) {
@@ -210,7 +215,10 @@ impl WindowAggregate {
 
     /// Emit the window starting at `start`: per key, its slices merged —
     /// but not for keys whose restored writer had already fired it.
-    fn emit_merged(&self, start: i64, out: &mut Emitter) -> Result<(), TaskError> {
+    fn emit_merged(&mut self, start: i64, out: &mut Emitter) -> Result<(), TaskError> {
+        let end = start.saturating_add(self.size);
+        let loaded = self.table.load_scopes(start, end);
+        loaded.map_err(|e| self.ctx.state_error(e))?;
         let aggregates = &self.plan.aggregates;
         let closes = start
             .saturating_add(self.size)
@@ -224,7 +232,7 @@ impl WindowAggregate {
         };
         let mut merged: std::collections::BTreeMap<&[u8], GroupAccs> =
             std::collections::BTreeMap::new();
-        for (_, key, group) in self.table.scopes_in(start, start.saturating_add(self.size)) {
+        for (_, key, group) in self.table.scopes_in(start, end) {
             if fired_by_writer(key) {
                 continue;
             }
@@ -251,6 +259,7 @@ impl WindowAggregate {
         while let Some((start, groups)) = self
             .table
             .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
+            .map_err(|e| self.ctx.state_error(e))?
         {
             for chunk in groups.chunks(OUTPUT_BATCH) {
                 let batch = self.output(start, chunk)?;
@@ -319,7 +328,8 @@ impl Operator for WindowAggregate {
                     let slice = t.div_euclid(self.slice) * self.slice;
                     let group = self
                         .table
-                        .get_or_insert_with(slice, key, || aggregates.new_group());
+                        .get_or_insert_with(slice, key, || aggregates.new_group())
+                        .map_err(|e| self.ctx.state_error(e))?;
                     aggregates.fold(group, &values, row, t);
                 } else {
                     late.push(row as u32);
@@ -336,7 +346,8 @@ impl Operator for WindowAggregate {
                     placed = true;
                     let group = self
                         .table
-                        .get_or_insert_with(start, key, || aggregates.new_group());
+                        .get_or_insert_with(start, key, || aggregates.new_group())
+                        .map_err(|e| self.ctx.state_error(e))?;
                     aggregates.fold(group, &values, row, t);
                 }
                 start -= self.slide;
