@@ -155,3 +155,108 @@ fn a_group_by_past_its_state_memory_killed_and_restarted_writes_each_change_once
         "a run leaves no spill directory behind when it ends"
     );
 }
+
+/// A task whose write to local disk fails (injected with
+/// `FVHOST_FAIL_AT=spill-write:3`, in its third checkpoint interval) stops
+/// the run naming the stage and the disk; one that dies there
+/// (`FVHOST_CRASH_AT`) leaves a half-written spill directory. Either way
+/// the next run resumes from the last checkpoint and writes every change
+/// exactly once.
+#[test]
+fn a_failed_or_crashed_write_to_local_disk_stops_the_run_and_the_next_resumes_exactly_once() {
+    const GROUPS: u64 = 400_000;
+    for var in ["FVHOST_FAIL_AT", "FVHOST_CRASH_AT"] {
+        let s = Scratch::new();
+        s.write("t.toml", &topology(GROUPS, Some("2MiB"), 200_000));
+        let args = ["run", "t.toml", "--no-progress"];
+        let faulted = s.fvhost_env(&args, &[(var, "spill-write:3")]);
+        if var == "FVHOST_FAIL_AT" {
+            assert_exit(&faulted, 1);
+            for says in [
+                "stage `totals`",
+                "the state spilled to local disk could not be used",
+                "injected fault at spill-write of epoch 3",
+            ] {
+                assert!(faulted.stderr.contains(says), "{says}: {}", faulted.stderr);
+            }
+        } else {
+            assert_ne!(faulted.code, 0, "{}", faulted.stderr);
+            assert!(
+                faulted.stderr.contains("dying at spill-write"),
+                "{}",
+                faulted.stderr
+            );
+        }
+        let resumed = s.fvhost(&args);
+        assert_exit(&resumed, 0);
+        assert!(
+            resumed.stderr.contains("resumed after epoch"),
+            "{}",
+            resumed.stderr
+        );
+        assert_changelog(&s.output_lines("out"), GROUPS, var);
+    }
+}
+
+/// One tumbling window of 600,000 keys (every row in it) under a budget of
+/// 8 MiB: it fires a chunk at a time from memory and disk, and writes what
+/// the same window in memory writes.
+#[test]
+fn a_tumbling_window_of_more_groups_than_its_state_memory_fires_them_all() {
+    const GROUPS: u64 = 600_000;
+    let topology = |budget: &str| {
+        format!(
+            r#"name = "window"
+
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = {events} }}
+watermark = {{ column = "ts" }}
+
+[stages.keyed]
+input = "nums"
+sql = "SELECT seq % {GROUPS} AS k, seq AS v, ts FROM nums"
+
+[stages.hourly]
+input = "keyed"
+window = {{ time = "ts", size = "1h" }}
+key = ["k"]
+aggregates = ["count(*) AS n", "sum(v) AS total"]
+{budget}
+
+[sinks.out]
+input = "hourly"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out" }}
+"#,
+            events = 2 * GROUPS
+        )
+    };
+    let mut outputs = Vec::new();
+    for budget in ["", "state_memory = \"8MiB\""] {
+        let s = Scratch::new();
+        s.write("t.toml", &topology(budget));
+        let run = s.fvhost_env(
+            &["run", "t.toml", "--no-progress"],
+            &[("RUST_LOG", "fvhost=info")],
+        );
+        assert_exit(&run, 0);
+        let spilled = run
+            .stderr
+            .contains("the state passed its state_memory of 8MiB");
+        assert_eq!(spilled, !budget.is_empty(), "{}", run.stderr);
+        outputs.push(s.output_lines("out"));
+    }
+    assert_eq!(
+        outputs[0].len() as u64,
+        GROUPS,
+        "one row per key: the rows span 120 s of the first hour"
+    );
+    assert!(
+        outputs[0] == outputs[1],
+        "the budgeted window wrote {} rows, the one in memory {}",
+        outputs[1].len(),
+        outputs[0].len()
+    );
+}

@@ -16,6 +16,9 @@
 //! `source-committed` (before a source hears the epoch committed),
 //! `retain` (removing old checkpoints), and on a restart `task-restore`
 //! (a stage task about to restore its state of the epoch resumed from).
+//! One point is not of the protocol: `spill-write:<n>`, a stage task with
+//! `state_memory` about to write cold state to local disk in its `n`-th
+//! checkpoint interval since it started (1: before its first checkpoint).
 //!
 //! Unset, a point costs one load of an initialised `OnceLock`. This module
 //! never decides what a failure means: the caller's normal error path does.
@@ -36,6 +39,7 @@ pub const POINTS: &[&str] = &[
     "source-committed",
     "retain",
     "task-restore",
+    "spill-write",
 ];
 
 /// An injected failure (from `FVHOST_FAIL_AT`).

@@ -51,8 +51,6 @@ pub struct StateContext {
     /// Bytes of state the task keeps in memory, and the directory whose
     /// subdirectory takes the rest (`state_memory`).
     memory_budget: Option<(PathBuf, usize)>,
-    /// Whether the task said its state went past `state_memory`.
-    told_spill: bool,
     store: EpochStore,
     acks: Sender<Ack>,
     control: Arc<RunControl>,
@@ -86,7 +84,6 @@ impl StateContext {
             chain: Vec::new(),
             full_every: 1,
             memory_budget: None,
-            told_spill: false,
             store,
             acks,
             control,
@@ -155,9 +152,14 @@ impl StateContext {
                 self.task,
                 std::process::id()
             ));
+            let label = format!("stage `{}` task {}", self.stage, self.task);
             table = table
-                .with_memory_budget(&mine, *bytes)
-                .map_err(|e| self.state_error(e))?;
+                .budgeted(&mine, *bytes, label)
+                .map_err(|e| self.state_error(e))?
+                .with_spill_fault(Box::new(|round| {
+                    crate::epoch::fault_point("spill-write", u64::from(round))
+                        .map_err(|e| e.to_string())
+                }));
         }
         let mut writers = WriterWatermarks::default();
         // One batch at a time, each object's bytes dropped before the next
@@ -230,17 +232,7 @@ impl StateContext {
         table.mark_saved();
         let (on_disk, written, read) = table.spilled();
         if on_disk > 0 {
-            let budget = self.memory_budget.as_ref().map_or(0, |(_, b)| *b as u64);
             let (stage, task, total) = (&self.stage, self.task, table.len());
-            if !self.told_spill {
-                self.told_spill = true;
-                tracing::info!(
-                    stage = %stage,
-                    task,
-                    "the state passed its state_memory of {}: the coldest goes to local disk",
-                    crate::topology::format_size(budget)
-                );
-            }
             tracing::debug!(stage = %stage, task, epoch, entries = total, on_disk, written, read, "state on local disk");
         }
         self.send(epoch, format.id(), snapshot, kind);

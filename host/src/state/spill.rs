@@ -33,6 +33,10 @@ const CACHE_BYTES: u64 = 8 << 20;
 /// by default: as much as a small budget itself).
 const MEMTABLE_BYTES: u64 = 16 << 20;
 
+/// A test's hook before each write to disk, given the table's round: an
+/// error fails the write (fault injection, `spill-write`).
+pub type FaultHook = Box<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+
 /// A key and the scope it is in.
 pub type ScopedKey = (i64, Box<[u8]>);
 
@@ -120,6 +124,10 @@ pub struct SpillStore {
     /// Entries written to disk and read back, since the store opened.
     spilled: u64,
     faulted: u64,
+    fault: Option<FaultHook>,
+    /// A scope being read in key order, a chunk at a time (a window
+    /// firing), and where its reading is.
+    cursor: Option<(i64, fjall::Iter)>,
 }
 
 impl std::fmt::Debug for SpillStore {
@@ -227,7 +235,22 @@ impl SpillStore {
             len: 0,
             spilled: 0,
             faulted: 0,
+            fault: None,
+            cursor: None,
         })
+    }
+
+    /// Call `hook` before each write of cold entries (fault injection).
+    pub fn set_fault_hook(&mut self, hook: FaultHook) {
+        self.fault = Some(hook);
+    }
+
+    /// Whether a write in `round` may go ahead (the fault hook's answer).
+    pub fn check_fault(&self, round: u32) -> Result<(), StateError> {
+        match &self.fault {
+            Some(hook) => hook(round).map_err(|e| spill_error("writing spilled entries", e)),
+            None => Ok(()),
+        }
     }
 
     /// Entries on disk.
@@ -331,14 +354,17 @@ impl SpillStore {
         }
         let mut read = Vec::new();
         let mut batch = self.db.batch();
-        let mut removed = 0;
+        let (mut removed, mut left) = (0, 0);
         for guard in self.entries.prefix(scope_prefix(scope)) {
             let (k, v) = guard
                 .into_inner()
                 .map_err(|e| spill_error("reading spilled entries", e))?;
             let (_, key) = split_key(&k)?;
             match take(key) {
-                Take::Leave => continue,
+                Take::Leave => {
+                    left += 1;
+                    continue;
+                }
                 Take::Drop => {}
                 Take::Read => read.push(((scope, Box::<[u8]>::from(key)), v)),
             }
@@ -348,9 +374,46 @@ impl SpillStore {
         batch
             .commit()
             .map_err(|e| spill_error("removing spilled entries", e))?;
-        self.forget(scope, removed);
+        match left {
+            // Nothing of the scope is left, whatever was counted.
+            0 => self.forget(scope, self.scopes.get(&scope).copied().unwrap_or(0)),
+            _ => self.forget(scope, removed),
+        }
         self.faulted += read.len() as u64;
         self.decode(read)
+    }
+
+    /// The next at most `n` entries of `scope` in key order, read without
+    /// taking them: the first call starts at the scope's first key, and
+    /// each next call goes on from there (a call for another scope starts
+    /// over). Empty at the end.
+    pub fn read_scope_in_order(
+        &mut self,
+        scope: i64,
+        n: usize,
+    ) -> Result<SpilledEntries, StateError> {
+        if self.cursor.as_ref().is_none_or(|(s, _)| *s != scope) {
+            if !self.holds(scope) {
+                return Ok(SpilledEntries::default());
+            }
+            self.cursor = Some((scope, self.entries.prefix(scope_prefix(scope))));
+        }
+        let Some((_, cursor)) = &mut self.cursor else {
+            return Ok(SpilledEntries::default());
+        };
+        let mut found = Vec::new();
+        for guard in cursor.by_ref().take(n.max(1)) {
+            let (k, v) = guard
+                .into_inner()
+                .map_err(|e| spill_error("reading spilled entries", e))?;
+            let (_, key) = split_key(&k)?;
+            found.push(((scope, Box::<[u8]>::from(key)), v));
+        }
+        if found.is_empty() {
+            self.cursor = None;
+        }
+        self.faulted += found.len() as u64;
+        self.decode(found)
     }
 
     /// Read, without taking them, the entries of `keys` that are on disk.

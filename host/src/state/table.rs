@@ -350,6 +350,19 @@ pub struct StateTable<C: ValueCodec> {
     round: u32,
     /// The memory budget and the disk under it, if the table has one.
     spill: Option<Spill>,
+    /// A scope being taken out a chunk at a time
+    /// ([`StateTable::drain_scope_in_order`]).
+    draining: Option<Draining<C::Value>>,
+}
+
+/// A scope being taken out in key order: its entries that were in memory
+/// (sorted, the next first) and the next of those read from disk.
+struct Draining<V> {
+    scope: i64,
+    memory: std::iter::Peekable<std::vec::IntoIter<(Box<[u8]>, V)>>,
+    disk: std::collections::VecDeque<(Box<[u8]>, V)>,
+    /// The disk has no more of the scope.
+    disk_done: bool,
 }
 
 /// A table's memory budget and the local disk that takes what does not
@@ -366,6 +379,10 @@ struct Spill {
     /// Lookups since the entries were last measured: values grow in place
     /// (a set, a ranking), so they are measured again every so often.
     since_measured: usize,
+    /// Whose state this is, for the log (e.g. `stage totals task 0`), and
+    /// whether it said yet that it went past the budget.
+    label: String,
+    told: bool,
     /// The codec's fields, to decode rows read back.
     schema: Arc<Schema>,
 }
@@ -411,6 +428,7 @@ impl<C: ValueCodec> StateTable<C> {
             changes: Changes::default(),
             round: 1,
             spill: None,
+            draining: None,
         }
     }
 
@@ -419,7 +437,18 @@ impl<C: ValueCodec> StateTable<C> {
     /// snapshots still hold every entry). When the entries in memory pass
     /// the budget, the ones not used since the last sweep go to disk until
     /// three quarters of it are left; a lookup brings an entry back.
-    pub fn with_memory_budget(mut self, dir: &Path, budget: usize) -> Result<Self, StateError> {
+    pub fn with_memory_budget(self, dir: &Path, budget: usize) -> Result<Self, StateError> {
+        self.budgeted(dir, budget, String::new())
+    }
+
+    /// [`StateTable::with_memory_budget`], the table named `label` in the
+    /// log line it writes the first time it goes past its budget.
+    pub fn budgeted(
+        mut self,
+        dir: &Path,
+        budget: usize,
+        label: String,
+    ) -> Result<Self, StateError> {
         let fields = self.codec.fields();
         let store = SpillStore::open(dir, &fields)?;
         // A quarter of the budget for the list of what changed, at about
@@ -431,9 +460,20 @@ impl<C: ValueCodec> StateTable<C> {
             budget,
             held: 0,
             since_measured: 0,
+            label,
+            told: false,
             schema: Arc::new(Schema::new(fields)),
         });
         Ok(self)
+    }
+
+    /// Call `hook` with the table's round before each write to disk (a
+    /// fault-injection test's hook; without a budget, nothing).
+    pub fn with_spill_fault(mut self, hook: super::spill::FaultHook) -> Self {
+        if let Some(spill) = &mut self.spill {
+            spill.store.set_fault_hook(hook);
+        }
+        self
     }
 
     /// The operator's codec.
@@ -660,6 +700,97 @@ impl<C: ValueCodec> StateTable<C> {
         self.changes.removed_scopes.push(scope);
         sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(Some((scope, sorted)))
+    }
+
+    /// The next at most `n` entries of `scope`, in key order, taken out of
+    /// the table (memory and disk); `None` once the scope is gone. A
+    /// window of more groups than fit in memory fires this way, a chunk at
+    /// a time. Until it returns `None`, nothing else may change the table.
+    pub fn drain_scope_in_order(
+        &mut self,
+        scope: i64,
+        n: usize,
+    ) -> Result<Option<ClosedScope<C::Value>>, StateError> {
+        let n = n.max(1);
+        if self.draining.as_ref().is_none_or(|d| d.scope != scope) {
+            let on_disk = self.spill.as_ref().is_some_and(|s| s.store.holds(scope));
+            if !self.scopes.contains_key(&scope) && !on_disk {
+                return Ok(None);
+            }
+            let held = self.scopes.remove(&scope).unwrap_or_default();
+            self.resident -= held.len();
+            let mut sorted: Vec<(Box<[u8]>, C::Value)> = Vec::with_capacity(held.len());
+            let mut copies = 0;
+            let mut released = 0;
+            for (k, e) in held {
+                if self.spill.is_some() {
+                    released += entry_size(&self.codec, &k, &e.value);
+                    copies += usize::from(e.disk != DiskCopy::Absent);
+                }
+                sorted.push((k, e.value));
+            }
+            if let Some(spill) = &mut self.spill {
+                spill.held = spill.held.saturating_sub(released);
+                spill.shadowed -= copies;
+            }
+            sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            self.draining = Some(Draining {
+                scope,
+                memory: sorted.into_iter().peekable(),
+                disk: std::collections::VecDeque::new(),
+                disk_done: self.spill.is_none(),
+            });
+        }
+        let mut out: ClosedScope<C::Value> = Vec::with_capacity(n);
+        while out.len() < n {
+            let needs_disk = self
+                .draining
+                .as_ref()
+                .is_some_and(|d| d.disk.is_empty() && !d.disk_done);
+            if needs_disk {
+                let found = match &mut self.spill {
+                    Some(spill) => spill.store.read_scope_in_order(scope, SPILL_CHUNK)?,
+                    None => SpilledEntries::default(),
+                };
+                let exhausted = found.keys.is_empty();
+                let faulted = self.decode_spilled(found)?;
+                if let Some(d) = &mut self.draining {
+                    d.disk_done = exhausted;
+                    d.disk
+                        .extend(faulted.into_iter().map(|(_, k, _, v)| (k, v)));
+                }
+                continue;
+            }
+            let Some(d) = &mut self.draining else {
+                break;
+            };
+            // Both sides in key order; a key on both is a copy of the
+            // entry in memory, which wins.
+            let next = match (d.memory.peek(), d.disk.front()) {
+                (Some(m), Some(k)) if m.0 == k.0 => {
+                    d.disk.pop_front();
+                    d.memory.next()
+                }
+                (Some(m), Some(k)) if k.0 < m.0 => d.disk.pop_front(),
+                (Some(_), _) => d.memory.next(),
+                (None, Some(_)) => d.disk.pop_front(),
+                (None, None) => None,
+            };
+            match next {
+                Some(entry) => out.push(entry),
+                None => break,
+            }
+        }
+        if !out.is_empty() {
+            return Ok(Some(out));
+        }
+        // The scope is read: its disk entries go, and it is a removed scope.
+        self.draining = None;
+        if let Some(spill) = &mut self.spill {
+            spill.store.drain_scope(scope, |_| Take::Drop)?;
+        }
+        self.changes.removed_scopes.push(scope);
+        Ok(None)
     }
 
     /// The first (lowest) scope held.
@@ -891,6 +1022,7 @@ impl<C: ValueCodec> StateTable<C> {
             scopes,
             spill,
             resident,
+            round,
             ..
         } = self;
         let Some(spill) = spill else {
@@ -961,6 +1093,17 @@ impl<C: ValueCodec> StateTable<C> {
             .count();
         // Unchanged since read from disk: the copy there is the value.
         cold.retain(|(_, _, e)| e.disk != DiskCopy::Current);
+        if !cold.is_empty() {
+            spill.store.check_fault(*round)?;
+            if !spill.told {
+                spill.told = true;
+                tracing::info!(
+                    "{}: the state passed its state_memory of {}: the coldest goes to local disk",
+                    spill.label,
+                    crate::topology::format_size(spill.budget as u64)
+                );
+            }
+        }
         let mut cold = cold.into_iter().peekable();
         while cold.peek().is_some() {
             let chunk: Vec<_> = cold.by_ref().take(SPILL_CHUNK).collect();
@@ -1658,6 +1801,39 @@ mod tests {
         assert_eq!(whole.len(), 6000 - 4100);
         table.mark_saved();
         assert!(!table.needs_full(), "a saved snapshot starts the list over");
+    }
+
+    /// A scope drained a chunk at a time, from memory and disk, gives the
+    /// entries a table in memory pops at once, in the same key order.
+    #[test]
+    fn a_scope_drained_in_chunks_from_memory_and_disk_is_the_scope_popped_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut spilled = table_of(Some((dir.path(), 1 << 20)), VnodeRange::all());
+        let mut in_memory = table_of(None, VnodeRange::all());
+        let mut next = crate::state::seeded(7);
+        for i in 0..30_000u64 {
+            let (scope, key) = ((i % 2) as i64 * 10, next(20_000).to_be_bytes());
+            for table in [&mut spilled, &mut in_memory] {
+                let value = table.get_or_insert_with(scope, &key, Vec::new);
+                value.expect("state").push(i as i64);
+            }
+        }
+        assert!(spilled.spilled().0 > 1000, "{:?}", spilled.spilled());
+        for scope in [0, 10] {
+            let (popped_scope, whole) = in_memory
+                .pop_closed_scope(|_| true)
+                .expect("state")
+                .expect("a scope");
+            assert_eq!(popped_scope, scope);
+            let mut drained = Vec::new();
+            while let Some(chunk) = spilled.drain_scope_in_order(scope, 999).expect("state") {
+                assert!(chunk.len() <= 999);
+                drained.extend(chunk);
+            }
+            assert_eq!(drained, whole, "scope {scope}");
+        }
+        assert!(spilled.is_empty() && spilled.first_scope().is_none());
+        assert_eq!(spilled.changed(), in_memory.changed(), "two scopes removed");
     }
 
     /// A table, with a budget of `bytes` spilling under `dir` if given.

@@ -256,13 +256,16 @@ impl WindowAggregate {
     /// Emit and drop every window that ends at or before `watermark`.
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
         let closes = self.size.saturating_add(self.lateness);
-        while let Some((start, groups)) = self
-            .table
-            .pop_closed_scope(|start| start.saturating_add(closes) <= watermark)
-            .map_err(|e| self.ctx.state_error(e))?
-        {
-            for chunk in groups.chunks(OUTPUT_BATCH) {
-                let batch = self.output(start, chunk)?;
+        let closed = |start: i64| start.saturating_add(closes) <= watermark;
+        while let Some(start) = self.table.first_scope().filter(|s| closed(*s)) {
+            // A chunk at a time: a window of more groups than
+            // `state_memory` holds streams out of memory and disk.
+            while let Some(groups) = self
+                .table
+                .drain_scope_in_order(start, OUTPUT_BATCH)
+                .map_err(|e| self.ctx.state_error(e))?
+            {
+                let batch = self.output(start, &groups)?;
                 out.emit(batch)?;
             }
         }
