@@ -133,6 +133,18 @@ fn js_scaffolds_of_every_kind_test_build_and_run() {
     );
 }
 
+/// `plugin new --lang js --example http`: a source reading a URL's lines
+/// (an async `poll` awaiting fetch()) and a sink POSTing each committed
+/// epoch, their `npm test` against a local server, built, run against
+/// this test's server under their grant, and refused outside it.
+#[test]
+fn js_http_scaffolds_test_build_and_talk_to_a_server_under_their_grant() {
+    require_node_modules();
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    crate::walkthrough::http_scaffolds_run(&s, &mut shell, "js", &[], &["npm install", "npm test"]);
+}
+
 #[test]
 fn a_js_step_is_packaged_published_resolved_and_runs() {
     let s = Scratch::new();

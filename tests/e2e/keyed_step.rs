@@ -457,3 +457,36 @@ fn timers_fired_before_a_barrier_are_neither_lost_nor_repeated_after_restore() {
         assert_alerts(&alerts(&s), &expected, point);
     }
 }
+
+/// `fvhost plugin new --example http` in Rust: a source reading a URL's
+/// lines and a sink POSTing each committed epoch (the SDK's `http`
+/// feature), the crate's own `cargo test`, built, run against this test's
+/// server under their grant, and refused outside it.
+#[test]
+fn rust_http_scaffolds_test_build_and_talk_to_a_server_under_their_grant() {
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    // The nested cargo builds into the plugins' target directory, where
+    // the SDK's dependencies are compiled already (same Cargo.lock).
+    for key in ["CARGO_TARGET_DIR", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS"] {
+        shell.unset_env(key);
+    }
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("plugins");
+    let setup = [
+        format!(
+            "cp {} Cargo.lock",
+            crate::support::repo().join("Cargo.lock").display()
+        ),
+        format!("ln -s {} target", target.display()),
+    ];
+    crate::walkthrough::http_scaffolds_run(
+        &s,
+        &mut shell,
+        "rust",
+        &setup,
+        &[concat!(env!("CARGO"), " test")],
+    );
+}

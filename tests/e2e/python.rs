@@ -428,3 +428,16 @@ fn python_scaffolds_of_every_kind_test_build_and_run() {
         &["python3 -m unittest"],
     );
 }
+
+/// `plugin new --lang python --example http`: a source reading a URL's
+/// lines and a sink POSTing each committed epoch, their unit tests against
+/// a local server, built, run against this test's server under their
+/// grant, and refused outside it.
+#[test]
+fn python_http_scaffolds_test_build_and_talk_to_a_server_under_their_grant() {
+    let s = Scratch::new();
+    let mut shell = crate::walkthrough::Shell::new(&s);
+    let tool = componentize_py();
+    shell.set_env("FVHOST_COMPONENTIZE_PY", tool.to_str().expect("utf-8"));
+    crate::walkthrough::http_scaffolds_run(&s, &mut shell, "python", &[], &["python3 -m unittest"]);
+}

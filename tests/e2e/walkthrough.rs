@@ -73,6 +73,7 @@ pub struct Shell<'a> {
     /// The current directory (`cd` moves it).
     pub cwd: PathBuf,
     env: Vec<(String, String)>,
+    unset: Vec<String>,
 }
 
 impl<'a> Shell<'a> {
@@ -93,12 +94,19 @@ impl<'a> Shell<'a> {
             scratch,
             cwd: scratch.path().to_path_buf(),
             env,
+            unset: Vec::new(),
         }
     }
 
     /// Set an environment variable for the commands that follow.
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Run programs other than `fvhost` without `key` in their environment
+    /// (a nested `cargo` must not share this test's target directory).
+    pub fn unset_env(&mut self, key: &str) {
+        self.unset.push(key.to_string());
     }
 
     /// Run one line: `cd DIR`, `fvhost …` (this build's binary) or any
@@ -123,7 +131,24 @@ impl<'a> Shell<'a> {
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_str()))
                     .collect();
-                let run = self.scratch.fvhost_at(&self.cwd, &args[1..], &env);
+                let run = match self.unset.is_empty() {
+                    true => self.scratch.fvhost_at(&self.cwd, &args[1..], &env),
+                    false => {
+                        let mut command = Command::new(env!("CARGO_BIN_EXE_fvhost"));
+                        for key in &self.unset {
+                            command.env_remove(key);
+                        }
+                        let output = command
+                            .args(&args[1..])
+                            .current_dir(&self.cwd)
+                            .env("FVHOST_CACHE_DIR", crate::support::cache_dir())
+                            .env_remove("RUST_LOG")
+                            .envs(env.iter().copied())
+                            .output()
+                            .expect("run fvhost");
+                        Run::from(output)
+                    }
+                };
                 assert_eq!(
                     run.code, 0,
                     "`{line}` failed:\n{}\n{}",
@@ -132,8 +157,12 @@ impl<'a> Shell<'a> {
                 run
             }
             program => {
+                let mut command = Command::new(program);
+                for key in &self.unset {
+                    command.env_remove(key);
+                }
                 let run = Run::from(
-                    Command::new(program)
+                    command
                         .args(&args[1..])
                         .current_dir(&self.cwd)
                         .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -200,18 +229,127 @@ pub fn scaffolds_of_every_kind_run(s: &Scratch, shell: &mut Shell, lang: &str, t
                 run.stderr
             );
         } else {
-            // Every bid of the generator's 1,000 Nexmark events (920 of
-            // them), as the run's summary counts them at the source.
-            let bids: u64 = run
-                .stderr
-                .lines()
-                .find(|l| l.starts_with("bids "))
-                .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
-                .expect("the summary's source row");
-            assert!(bids > 800, "{}", run.stderr);
+            let bids = summary_bids(&run.stderr);
             assert_eq!(logged_epoch_rows(&run.stderr), bids, "{}", run.stderr);
         }
     }
+}
+
+/// `fvhost plugin new --lang <lang> --example http` for a source and a
+/// sink: the project's own test commands pass (after `setup`), `plugin
+/// build` makes a component, and its `topology.toml`, pointed at this
+/// test's server, runs — the source's rows are the served file's lines,
+/// and the sink POSTs every bid once, one body per committed epoch under
+/// a key of its own. The source outside its grant is refused by the host.
+pub fn http_scaffolds_run(
+    s: &Scratch,
+    shell: &mut Shell,
+    lang: &str,
+    setup: &[String],
+    tests: &[&str],
+) {
+    use crate::http_server::{HttpServer, Reply};
+    use std::sync::{Arc, Mutex};
+    const LINES: &str = "first\r\nsecond\n\nfourth, with a comma\n";
+    let posts: Arc<Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
+    let received = Arc::clone(&posts);
+    let server = HttpServer::start(move |r| match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/lines.txt") => Reply::Answer("200 OK", String::new(), LINES.into()),
+        ("POST", "/epochs") => {
+            let key = r.header("idempotency-key").unwrap_or_default().to_string();
+            let body = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+            received.lock().expect("posts").push((key, body));
+            Reply::Answer("204 No Content", String::new(), Vec::new())
+        }
+        _ => Reply::Answer("404 Not Found", String::new(), b"no such path".to_vec()),
+    });
+    let base = server.url("");
+    for kind in ["source", "sink"] {
+        shell.cwd = s.path().to_path_buf();
+        shell.run(&format!(
+            "fvhost plugin new acme:{lang}-http-{kind} --kind {kind} --lang {lang} --example http"
+        ));
+        shell.run(&format!("cd {lang}-http-{kind}"));
+        for line in setup
+            .iter()
+            .map(String::as_str)
+            .chain(tests.iter().copied())
+        {
+            shell.run(line);
+        }
+        let built = shell.run("fvhost plugin build");
+        let wasm = built.stdout.trim().to_string();
+        assert!(Path::new(&wasm).is_file(), "{wasm:?}");
+        // The scaffold's topology grants its server's URL prefix only.
+        let path = shell.file("topology.toml");
+        let topology = std::fs::read_to_string(&path).expect("topology.toml");
+        assert!(
+            topology.contains("allow_http = [\"http://127.0.0.1:8080/\"]"),
+            "{topology}"
+        );
+        std::fs::write(&path, topology.replace("http://127.0.0.1:8080", &base)).expect("write");
+        let run = shell.run("fvhost run topology.toml --no-progress");
+        if kind == "source" {
+            let lines: Vec<String> = run
+                .stdout
+                .lines()
+                .map(|l| {
+                    let row: serde_json::Value = serde_json::from_str(l).expect("a JSON row");
+                    row["line"].as_str().expect("a line").to_string()
+                })
+                .collect();
+            assert_eq!(
+                lines,
+                ["first", "second", "", "fourth, with a comma"],
+                "{}",
+                run.stderr
+            );
+            // Granted another prefix of the same server: refused.
+            let elsewhere = topology.replace(
+                "allow_http = [\"http://127.0.0.1:8080/\"]",
+                &format!("allow_http = [\"{base}/other/\"]"),
+            );
+            std::fs::write(&path, elsewhere.replace("http://127.0.0.1:8080", &base))
+                .expect("write");
+            let refused = s.fvhost_at(&shell.cwd, &["run", "topology.toml", "--no-progress"], &[]);
+            assert_eq!(refused.code, 1, "{}", refused.stderr);
+            assert!(
+                refused.stderr.contains(&format!(
+                    "the sandbox refused an HTTP GET to {base}/lines.txt"
+                )),
+                "{}",
+                refused.stderr
+            );
+        } else {
+            let bids = summary_bids(&run.stderr);
+            let posts = std::mem::take(&mut *posts.lock().expect("posts"));
+            let mut keys = std::collections::BTreeSet::new();
+            let mut rows = 0;
+            for (key, body) in &posts {
+                let epoch = body["epoch"].as_u64().expect("an epoch");
+                assert_eq!(
+                    key,
+                    &format!("try-it/{lang}_http_sink/0/{epoch}"),
+                    "{posts:?}"
+                );
+                assert!(keys.insert(key.clone()), "posted twice: {posts:?}");
+                rows += body["rows"].as_u64().expect("rows");
+            }
+            assert_eq!(rows, bids, "{posts:?}\n{}", run.stderr);
+        }
+    }
+}
+
+/// Every bid of the generator's 1,000 Nexmark events (920 of them), as a
+/// run's summary (`log`) counts them at the source `bids`.
+fn summary_bids(log: &str) -> u64 {
+    let bids: u64 = log
+        .lines()
+        .find(|l| l.starts_with("bids "))
+        .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or_else(|| panic!("the summary's source row:\n{log}"));
+    assert!(bids > 800, "{log}");
+    bids
 }
 
 /// The rows a counting sink logged, `epoch N: M rows` once per committed

@@ -32,6 +32,17 @@ pub enum NewKind {
     KeyedStep,
 }
 
+/// Which example `fvhost plugin new` scaffolds.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum NewExample {
+    /// Self-contained: a counting source or sink, a filtering step.
+    Counter,
+    /// Talks to an HTTP service under the node's `allow_http` grant: a
+    /// source reading the lines of a URL, a sink POSTing each committed
+    /// epoch's count with an idempotency key (sources and sinks).
+    Http,
+}
+
 /// The language `fvhost plugin new` scaffolds in.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum NewLanguage {
@@ -86,6 +97,9 @@ pub enum PluginCommand {
     /// plugin → stdout) and a README. Then: `fvhost plugin build`.
     ///
     /// Example: fvhost plugin new acme:price-band --kind step --lang python
+    ///
+    /// A connector that talks to a service: fvhost plugin new acme:orders
+    /// --kind source --example http (its topology grants it one URL prefix)
     New {
         /// The package, `namespace:name` (or just `name`: `local:name`).
         name: String,
@@ -95,6 +109,9 @@ pub enum PluginCommand {
         /// The language it is written in.
         #[arg(long, value_enum, default_value = "rust")]
         lang: NewLanguage,
+        /// Which example it starts from.
+        #[arg(long, value_enum, default_value = "counter")]
+        example: NewExample,
         /// Where to create it [default: ./<name>].
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -279,9 +296,10 @@ pub fn execute(
             name,
             kind,
             lang,
+            example,
             dir,
             sdk,
-        } => new_plugin(name, kind, lang, dir, sdk),
+        } => new_plugin(name, kind, lang, example, dir, sdk),
         PluginCommand::Update {
             topology,
             package,
@@ -450,10 +468,11 @@ fn new_plugin(
     name: String,
     kind: NewKind,
     lang: NewLanguage,
+    example: NewExample,
     dir: Option<PathBuf>,
     sdk: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    use fvhost::registry::scaffold::{ScaffoldKind, ScaffoldLanguage, new_plugin};
+    use fvhost::registry::scaffold::{ScaffoldExample, ScaffoldKind, ScaffoldLanguage, new_plugin};
     let full = if name.contains(':') {
         name
     } else {
@@ -510,7 +529,11 @@ fn new_plugin(
         NewKind::Step => ScaffoldKind::Step,
         NewKind::KeyedStep => ScaffoldKind::KeyedStep,
     };
-    match new_plugin(&dir, &package, kind, language, sdk.as_deref()) {
+    let example = match example {
+        NewExample::Counter => ScaffoldExample::Counter,
+        NewExample::Http => ScaffoldExample::Http,
+    };
+    match new_plugin(&dir, &package, kind, example, language, sdk.as_deref()) {
         Ok(files) => {
             let vendored = dir.join("fv_plugin");
             let mut sdk_files = 0;

@@ -7,7 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Example, ScaffoldKind, config_example, config_schema, project_file, try_topology};
+use super::{
+    Example, HTTP_RECEIVER, Project, ScaffoldKind, config_example, config_schema, http_grant,
+    http_try, project_file, try_topology,
+};
 use crate::registry::PackageName;
 
 /// The SDK's files, vendored into every Python project as `fv_plugin/`
@@ -132,13 +135,18 @@ fn module_name(package: &PackageName) -> String {
 }
 
 /// The files of a Python plugin project for `package` in `dir`.
-pub(super) fn files(
-    dir: &Path,
-    package: &PackageName,
-    kind: ScaffoldKind,
-) -> Vec<(PathBuf, String)> {
+pub(super) fn files(dir: &Path, package: &PackageName, project: Project) -> Vec<(PathBuf, String)> {
     let module = module_name(package);
+    let kind = project.kind;
     let (body, test) = match kind {
+        ScaffoldKind::Source if project.http() => (
+            include_str!("../../../../plugins/sdk-python/templates/http_source.py"),
+            include_str!("../../../../plugins/sdk-python/templates/test_http_source.py"),
+        ),
+        ScaffoldKind::Sink if project.http() => (
+            include_str!("../../../../plugins/sdk-python/templates/http_sink.py"),
+            include_str!("../../../../plugins/sdk-python/templates/test_http_sink.py"),
+        ),
         ScaffoldKind::Source => (
             include_str!("../../../../plugins/sdk-python/templates/source.py"),
             include_str!("../../../../plugins/sdk-python/templates/test_source.py"),
@@ -158,28 +166,37 @@ pub(super) fn files(
             .replace("{{module}}", &module)
     };
     let wasm = format!("target/{module}.wasm");
-    let example = Example::of(kind);
+    let example = Example::of(project);
+    // `plugin test` runs without a topology, so without a network grant.
+    let try_alone = match project.http() {
+        true => String::new(),
+        false => format!(
+            "fvhost plugin test . --config '{}'   # on sample rows, no topology\n",
+            config_example(project)
+        ),
+    };
     let readme = format!(
-        "# {package}\n\n{description} — an fvhost {kind} plugin in Python.\n\n```sh\npython3 -m unittest              # its unit tests, under CPython (fv_plugin is vendored here)\nfvhost plugin build              # componentize-py, then plugin.toml's metadata: prints {wasm}\nfvhost plugin test . --config '{config}'   # on sample rows, no topology\nfvhost run topology.toml         # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`. The build\nneeds componentize-py 0.25.1 (`pip install componentize-py==0.25.1`; found\nthrough `$FVHOST_COMPONENTIZE_PY`, `$COMPONENTIZE_PY` or `PATH`).\n`fv_plugin/` is the SDK, copied from the fvhost that made this project.\n",
+        "# {package}\n\n{description} — an fvhost {kind} plugin in Python.\n\n```sh\npython3 -m unittest              # its unit tests, under CPython (fv_plugin is vendored here)\nfvhost plugin build              # componentize-py, then plugin.toml's metadata: prints {wasm}\n{try_alone}{http_try}fvhost run topology.toml         # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`. The build\nneeds componentize-py 0.25.1 (`pip install componentize-py==0.25.1`; found\nthrough `$FVHOST_COMPONENTIZE_PY`, `$COMPONENTIZE_PY` or `PATH`).\n`fv_plugin/` is the SDK, copied from the fvhost that made this project.\n{grant}",
         description = example.description,
         kind = kind.as_str(),
-        config = config_example(kind),
         flow = example.flow,
+        http_try = http_try(project),
+        grant = http_grant(project),
     );
     let mut files = vec![
         (
             dir.join("plugin.toml"),
-            project_file(package, kind, "python", &format!("{module}.py")),
+            project_file(package, project, "python", &format!("{module}.py")),
         ),
         (dir.join(format!("{module}.py")), fill(body)),
         (dir.join(format!("test_{module}.py")), fill(test)),
         (
             dir.join("config.schema.json"),
-            config_schema(kind).to_string(),
+            config_schema(project).to_string(),
         ),
         (
             dir.join("topology.toml"),
-            try_topology(kind, &package.name, &wasm),
+            try_topology(project, &package.name, &wasm),
         ),
         (dir.join("README.md"), readme),
         (
@@ -187,6 +204,9 @@ pub(super) fn files(
             "target/\n__pycache__/\n".to_string(),
         ),
     ];
+    if project.http() && kind == ScaffoldKind::Sink {
+        files.push((dir.join("receiver.py"), HTTP_RECEIVER.to_string()));
+    }
     files.extend(
         SDK.iter()
             .map(|(path, text)| (dir.join(path), (*text).to_string())),
@@ -227,7 +247,11 @@ mod tests {
     #[test]
     fn the_module_is_named_after_the_package() {
         let package = PackageName::parse("acme:price-band").expect("name");
-        let files = files(Path::new("/p"), &package, ScaffoldKind::Step);
+        let step = Project {
+            kind: ScaffoldKind::Step,
+            example: super::super::ScaffoldExample::Counter,
+        };
+        let files = files(Path::new("/p"), &package, step);
         let names: Vec<String> = files
             .iter()
             .map(|(p, _)| p.to_string_lossy().into_owned())

@@ -5,7 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Example, ScaffoldKind, config_example, config_schema, try_topology};
+use super::{
+    Example, HTTP_RECEIVER, Project, ScaffoldKind, config_example, config_schema, http_grant,
+    http_try, try_topology,
+};
 use crate::registry::PackageName;
 
 /// The crate's `.cargo/config.toml`: Wasm SIMD, as the first-party plugins
@@ -18,16 +21,24 @@ const CARGO_CONFIG: &str = "# Wasm SIMD: memchr and Arrow's kernels vectorise wi
 pub(super) fn files(
     dir: &Path,
     package: &PackageName,
-    kind: ScaffoldKind,
+    project: Project,
     sdk: &Path,
 ) -> Vec<(PathBuf, String)> {
     let crate_name = package.name.clone();
-    let example = Example::of(kind);
-    let body = match kind {
-        ScaffoldKind::Source => SOURCE,
-        ScaffoldKind::Sink => SINK,
-        ScaffoldKind::Step => STEP,
-        ScaffoldKind::KeyedStep => KEYED_STEP,
+    let kind = project.kind;
+    let example = Example::of(project);
+    let body = match (kind, project.http()) {
+        (ScaffoldKind::Source, true) => HTTP_SOURCE,
+        (ScaffoldKind::Sink, true) => HTTP_SINK,
+        (ScaffoldKind::Source, false) => SOURCE,
+        (ScaffoldKind::Sink, false) => SINK,
+        (ScaffoldKind::Step, _) => STEP,
+        (ScaffoldKind::KeyedStep, _) => KEYED_STEP,
+    };
+    // The HTTP examples call out through the SDK's wasi:http client.
+    let features = match project.http() {
+        true => ", features = [\"http\"]",
+        false => "",
     };
     let cargo = format!(
         r#"[package]
@@ -41,7 +52,7 @@ license = "Apache-2.0"
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-fv-plugin-sdk = {{ path = "{sdk}" }}
+fv-plugin-sdk = {{ path = "{sdk}"{features} }}
 serde = {{ version = "1", features = ["derive"] }}
 
 # A crate of its own, not a member of an enclosing workspace.
@@ -53,21 +64,25 @@ serde = {{ version = "1", features = ["derive"] }}
     let lib = body.replace("__PACKAGE__", &package.to_string());
     let file = crate_name.replace('-', "_");
     let wasm = format!("target/wasm32-wasip2/release/{file}.wasm");
-    // `plugin test` runs a step without a topology, so without a key.
+    // `plugin test` runs a step without a topology, so without a key or
+    // a network grant.
     let try_alone = match kind {
+        _ if project.http() => String::new(),
         ScaffoldKind::KeyedStep => String::new(),
         _ => format!(
             "fvhost plugin test . --config '{}'   # on sample rows, no topology\n",
-            config_example(kind)
+            config_example(project)
         ),
     };
     let readme = format!(
-        "# {package}\n\n{description} — an fvhost {kind} plugin in Rust.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints {wasm}\n{try_alone}fvhost run topology.toml        # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n",
+        "# {package}\n\n{description} — an fvhost {kind} plugin in Rust.\n\n```sh\ncargo test                      # the logic, natively; and config.schema.json against Config\nfvhost plugin build             # the component: prints {wasm}\n{try_alone}{http_try}fvhost run topology.toml        # {flow}\nfvhost plugin publish {wasm}\n```\n\nThen use it in a topology with `plugin = \"{package}@^0.1\"`.\n{grant}",
         description = example.description,
         kind = kind.as_str(),
         flow = example.flow,
+        http_try = http_try(project),
+        grant = http_grant(project),
     );
-    vec![
+    let mut files = vec![
         (dir.join("Cargo.toml"), cargo),
         (
             dir.join(".cargo").join("config.toml"),
@@ -76,14 +91,18 @@ serde = {{ version = "1", features = ["derive"] }}
         (dir.join("src").join("lib.rs"), lib),
         (
             dir.join("config.schema.json"),
-            config_schema(kind).to_string(),
+            config_schema(project).to_string(),
         ),
         (
             dir.join("topology.toml"),
-            try_topology(kind, &crate_name, &wasm),
+            try_topology(project, &crate_name, &wasm),
         ),
         (dir.join("README.md"), readme),
-    ]
+    ];
+    if project.http() && kind == ScaffoldKind::Sink {
+        files.push((dir.join("receiver.py"), HTTP_RECEIVER.to_string()));
+    }
+    files
 }
 
 const STEP: &str = r#"//! __PACKAGE__: keeps the rows whose int64 `column` is above `min`.
@@ -569,3 +588,269 @@ mod tests {
     }
 }
 "#;
+
+const HTTP_SOURCE: &str = r#"//! __PACKAGE__: reads the lines of an HTTP resource (GET `url`, through the
+//! host's wasi:http under the node's `allow_http`) as rows of one column
+//! `line`, resumable: its position is the number of lines read.
+
+use std::sync::Arc;
+
+use fv_plugin_sdk::arrow_array::{RecordBatch, StringArray};
+use fv_plugin_sdk::arrow_schema::{DataType, Field, Schema, SchemaRef};
+use fv_plugin_sdk::http::{Request, Target, send};
+use fv_plugin_sdk::{ConfigError, Poll, Source, SplitPosition, TaskContext};
+
+/// The largest body read; a longer one fails the run rather than lose rows.
+const MAX_BODY: usize = 64 << 20;
+
+/// The `config` table of the source in a topology.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The http:// or https:// URL whose lines become rows.
+    pub url: String,
+}
+
+/// The source.
+pub struct HttpLines {
+    url: String,
+    /// The body's lines, fetched on the first poll.
+    lines: Option<Vec<String>>,
+    next: usize,
+    schema: SchemaRef,
+}
+
+/// The lines of a body (the logic, testable without Wasm): split at `\n`,
+/// a `\r` before it dropped, no empty last line.
+pub fn lines(body: &[u8]) -> Result<Vec<String>, String> {
+    let text = std::str::from_utf8(body).map_err(|e| format!("the body is not UTF-8: {e}"))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+impl Source for HttpLines {
+    type Config = Config;
+
+    fn open(config: Config, _task: &TaskContext) -> Result<Self, ConfigError> {
+        Target::parse(&config.url).map_err(|e| ConfigError::at("url", e))?;
+        let schema = Arc::new(Schema::new(vec![Field::new("line", DataType::Utf8, false)]));
+        Ok(HttpLines { url: config.url, lines: None, next: 0, schema })
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn splits(&self) -> Vec<String> {
+        vec![self.url.clone()]
+    }
+
+    fn restore(&mut self, positions: Vec<SplitPosition>) -> Result<(), String> {
+        for p in positions {
+            let text = String::from_utf8_lossy(&p.position).into_owned();
+            self.next = text.parse().map_err(|_| format!("bad position `{text}`"))?;
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, max_rows: usize) -> Result<Poll, String> {
+        if self.lines.is_none() {
+            let answer = send(Request {
+                method: "GET",
+                url: &self.url,
+                headers: &[],
+                body: None,
+                max_answer: MAX_BODY,
+            })?;
+            if !(200..300).contains(&answer.status) || answer.truncated {
+                return Err(format!(
+                    "GET {} answered {}{}",
+                    self.url,
+                    answer.status,
+                    if answer.truncated { " with a body over 64 MiB" } else { "" }
+                ));
+            }
+            self.lines = Some(lines(&answer.body)?);
+        }
+        let all = self.lines.as_deref().unwrap_or_default();
+        if self.next >= all.len() {
+            return Ok(Poll::Finished);
+        }
+        let to = (self.next + max_rows.max(1)).min(all.len());
+        let column = StringArray::from_iter_values(&all[self.next..to]);
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), vec![Arc::new(column)])
+            .map_err(|e| e.to_string())?;
+        self.next = to;
+        Ok(Poll::Batch {
+            batch,
+            positions: vec![SplitPosition { split: self.url.clone(), position: to.to_string().into_bytes() }],
+            rejected: Vec::new(),
+        })
+    }
+}
+
+// `capabilities`: what a topology may grant it (the network: `allow_http`);
+// `config_schema`: checked by `fvhost validate` before it runs.
+fv_plugin_sdk::export_source!(
+    HttpLines,
+    package = "__PACKAGE__",
+    capabilities = "network",
+    config_schema = include_str!("../config.schema.json"),
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_splits_into_its_lines() {
+        assert_eq!(lines(b"a\r\nb\n\nc").expect("lines"), vec!["a", "b", "", "c"]);
+        assert!(lines(b"").expect("lines").is_empty());
+        assert!(lines(&[0xff]).is_err());
+    }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({ "url": "http://127.0.0.1:8080/lines.txt" }),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
+    }
+}
+"#;
+
+const HTTP_SINK: &str = r##"//! __PACKAGE__: counts the rows of each epoch and, when the epoch commits,
+//! POSTs `{"task":…,"epoch":…,"rows":…}` to `url` (through the host's
+//! wasi:http under the node's `allow_http`).
+//!
+//! Exactly-once for a receiver that deduplicates: the body is fixed by
+//! `prepare` (the handle the host keeps in the checkpoint) and sent only by
+//! `commit`, with the header `Idempotency-Key: {topology}/{sink}/{task}/{epoch}`;
+//! a commit replayed after a crash sends the same body under the same key.
+//! (Epochs start at 1 again when a topology starts without a checkpoint:
+//! fvhost's own `http-sink` adds a history to its keys for that.)
+
+use fv_plugin_sdk::arrow_array::RecordBatch;
+use fv_plugin_sdk::arrow_schema::SchemaRef;
+use fv_plugin_sdk::http::{Request, Target, send};
+use fv_plugin_sdk::{ConfigError, Sink, TaskContext};
+
+/// The `config` table of the sink in a topology.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The endpoint each committed epoch's count is POSTed to.
+    pub url: String,
+}
+
+/// The sink.
+pub struct EpochPoster {
+    url: String,
+    task: TaskContext,
+    open_rows: u64,
+}
+
+/// The body POSTed for an epoch (the logic, testable without Wasm).
+pub fn body(task: u32, epoch: u64, rows: u64) -> Vec<u8> {
+    format!(r#"{{"task":{task},"epoch":{epoch},"rows":{rows}}}"#).into_bytes()
+}
+
+/// Whether a receiver's answer commits the epoch: 2xx, or 409 (it already
+/// has this key: a replayed commit).
+pub fn committed(status: u16) -> bool {
+    (200..300).contains(&status) || status == 409
+}
+
+impl Sink for EpochPoster {
+    type Config = Config;
+
+    fn open(config: Config, _input: SchemaRef, task: &TaskContext) -> Result<Self, ConfigError> {
+        Target::parse(&config.url).map_err(|e| ConfigError::at("url", e))?;
+        Ok(EpochPoster { url: config.url, task: task.clone(), open_rows: 0 })
+    }
+
+    // It counts rows: no column needs to cross.
+    fn input_columns(&self) -> Option<Vec<String>> {
+        Some(Vec::new())
+    }
+
+    fn write(&mut self, batch: RecordBatch) -> Result<(), String> {
+        self.open_rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    fn prepare(&mut self, epoch: u64) -> Result<Vec<u8>, String> {
+        Ok(body(self.task.task_index, epoch, std::mem::take(&mut self.open_rows)))
+    }
+
+    fn commit(&mut self, epoch: u64, handle: Vec<u8>) -> Result<(), String> {
+        let key = format!("{}/{}/{}/{epoch}", self.task.topology, self.task.stage, self.task.task_index);
+        let headers = [
+            ("content-type".to_string(), "application/json".to_string()),
+            ("idempotency-key".to_string(), key),
+        ];
+        let mut body = handle.as_slice();
+        let length = body.len() as u64;
+        let answer = send(Request {
+            method: "POST",
+            url: &self.url,
+            headers: &headers,
+            body: Some((&mut body, length)),
+            max_answer: 4096,
+        })?;
+        match committed(answer.status) {
+            true => Ok(()),
+            // The host retries a failed commit; the key keeps it once.
+            false => Err(format!(
+                "POST {} answered {}: {}",
+                self.url,
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            )),
+        }
+    }
+
+    fn abort(&mut self, _epoch: u64) -> Result<(), String> {
+        self.open_rows = 0;
+        Ok(())
+    }
+}
+
+// `capabilities`: what a topology may grant it (the network: `allow_http`);
+// `config_schema`: checked by `fvhost validate` before it runs.
+fv_plugin_sdk::export_sink!(
+    EpochPoster,
+    package = "__PACKAGE__",
+    capabilities = "network",
+    config_schema = include_str!("../config.schema.json"),
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_names_the_task_epoch_and_rows() {
+        assert_eq!(body(1, 7, 42), br#"{"task":1,"epoch":7,"rows":42}"#.to_vec());
+    }
+
+    #[test]
+    fn a_success_or_a_known_key_commits() {
+        assert!(committed(200) && committed(204) && committed(409));
+        assert!(!committed(404) && !committed(500));
+    }
+
+    /// `config.schema.json` (what `fvhost validate` checks topologies
+    /// against) and `Config` (what `open` parses) agree.
+    #[test]
+    fn the_config_schema_matches_the_config_type() {
+        fv_plugin_sdk::check_config_schema::<Config>(
+            include_str!("../config.schema.json"),
+            fv_plugin_sdk::serde_json::json!({ "url": "http://127.0.0.1:8080/epochs" }),
+        )
+        .unwrap_or_else(|e| panic!("config.schema.json: {e}"));
+    }
+}
+"##;

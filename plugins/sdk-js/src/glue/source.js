@@ -57,9 +57,10 @@ class Source {
     });
   }
 
+  // `poll` may be async (await fetch() in it): `adapt.result` settles the
+  // promise within the call, then converts what it resolved to.
   poll(maxRows) {
-    return adapt.result(() => {
-      const result = this.inner.poll(maxRows);
+    return adapt.result(() => this.inner.poll(maxRows), (result) => {
       if (result === IDLE) return { tag: 'idle' };
       if (result === FINISHED) return { tag: 'finished' };
       if (!(result instanceof PollBatch)) {
