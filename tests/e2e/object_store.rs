@@ -174,3 +174,60 @@ fn an_s3_epoch_store_is_leased_to_one_run_and_a_paused_holder_is_fenced() {
         "the last holder released the lease"
     );
 }
+
+/// An S3 epoch store reached through an AWS profile alone (no `AWS_*` key,
+/// region or endpoint variable): the profile's keys, region and `http://`
+/// endpoint are used, and the run checkpoints into the bucket with the
+/// reference output. A profile named but in neither file is refused,
+/// naming it and the files.
+#[test]
+fn an_s3_epoch_store_is_reached_through_an_aws_profile_alone() {
+    let server = S3Server::start();
+    server.create_bucket("fvhost");
+    let s = Scratch::new();
+    let credentials = s.write(
+        "aws/credentials",
+        "[ci]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    );
+    let config = s.write(
+        "aws/config",
+        &format!(
+            "[profile ci]\nregion = us-east-1\nendpoint_url = {}\n",
+            server.endpoint()
+        ),
+    );
+    let (credentials, config) = (
+        credentials.display().to_string(),
+        config.display().to_string(),
+    );
+    s.write("t.toml", &windows(0).replace(", rate = 0", ""));
+    let args = [
+        "run",
+        "t.toml",
+        "--no-progress",
+        "--epoch-store",
+        "s3://fvhost/profiled",
+    ];
+    let files = [
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.as_str()),
+        ("AWS_CONFIG_FILE", config.as_str()),
+    ];
+    let run = s.fvhost_env(&args, &[&files[..], &[("AWS_PROFILE", "ci")]].concat());
+    assert_exit(&run, 0);
+    assert!(
+        !server.keys("fvhost", "profiled/manifests/").is_empty(),
+        "manifests live in the bucket: {}",
+        run.stderr
+    );
+    assert_same_as_reference(&s, "an S3 store reached through a profile");
+
+    let refused = s.fvhost_env(&args, &[&files[..], &[("AWS_PROFILE", "prod")]].concat());
+    assert_ne!(refused.code, 0, "{}", refused.stderr);
+    for says in [
+        "AWS_PROFILE=prod: no profile `prod` in ",
+        credentials.as_str(),
+        config.as_str(),
+    ] {
+        assert!(refused.stderr.contains(says), "{says}: {}", refused.stderr);
+    }
+}

@@ -35,7 +35,7 @@ impl S3Server {
         server
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 

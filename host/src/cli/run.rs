@@ -39,7 +39,8 @@ pub struct RunArgs {
     /// `az://container/prefix` or `file:///abs/dir`. Credentials and
     /// endpoints come from the usual variables (AWS_ACCESS_KEY_ID,
     /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT, AWS_ALLOW_HTTP,
-    /// GOOGLE_SERVICE_ACCOUNT, AZURE_STORAGE_ACCOUNT_NAME, …). The status
+    /// or AWS_PROFILE and ~/.aws; GOOGLE_SERVICE_ACCOUNT,
+    /// AZURE_STORAGE_ACCOUNT_NAME, …). The status
     /// record stays in the state directory. One run per store: the run
     /// holds a lease object (`LEASE`) there, renewed in the background.
     #[arg(long, env = "FVHOST_EPOCH_STORE", value_name = "URL")]

@@ -12,6 +12,7 @@
 //! This module never touches rows and never calls a plugin: tasks do, when
 //! the coordinator tells them to.
 
+mod aws_profile;
 mod coordinator;
 mod fault;
 mod generation;

@@ -164,13 +164,53 @@ pub(crate) fn cloud_store(url: &str) -> Result<CloudStore, object_store::Error> 
                 .with_retry(retry)
                 .build()?,
         ),
-        _ => both(
-            AmazonS3Builder::from_env()
-                .with_url(url)
-                .with_retry(retry)
-                .build()?,
-        ),
+        _ => {
+            let builder = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+            both(with_aws_profile(builder)?.build()?)
+        }
     })
+}
+
+/// `builder` given what the selected AWS profile says (`AWS_PROFILE`,
+/// `~/.aws/credentials`, `~/.aws/config`) where no `AWS_*` variable
+/// already does: keys, region, endpoint (an `http://` endpoint written
+/// in the profile is allowed, as `AWS_ALLOW_HTTP=true` would).
+fn with_aws_profile(mut builder: AmazonS3Builder) -> Result<AmazonS3Builder, object_store::Error> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let profile =
+        super::aws_profile::selected(var, home).map_err(|e| object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(e),
+        })?;
+    let Some(profile) = profile else {
+        return Ok(builder);
+    };
+    let unset = |keys: &[&str]| keys.iter().all(|k| var(k).is_none());
+    if unset(&["AWS_ACCESS_KEY_ID"])
+        && let (Some(id), Some(secret)) = (profile.access_key_id, profile.secret_access_key)
+    {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+        if let Some(token) = profile.session_token {
+            builder = builder.with_token(token);
+        }
+    }
+    if unset(&["AWS_REGION", "AWS_DEFAULT_REGION"])
+        && let Some(region) = profile.region
+    {
+        builder = builder.with_region(region);
+    }
+    if unset(&["AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+        && let Some(endpoint) = profile.endpoint_url
+    {
+        if endpoint.starts_with("http://") && unset(&["AWS_ALLOW_HTTP"]) {
+            builder = builder.with_allow_http(true);
+        }
+        builder = builder.with_endpoint(endpoint);
+    }
+    Ok(builder)
 }
 
 /// Manifests and state objects of one topology. Cheap to clone.
@@ -198,7 +238,8 @@ impl EpochStore {
     /// Open the store at `location`: a directory (created), or a URL
     /// `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///abs/dir`. Cloud
     /// credentials and endpoints come from the usual environment variables
-    /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …).
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …) and, for
+    /// S3, the AWS profile (`AWS_PROFILE`, `~/.aws/credentials`).
     pub fn open(location: &str) -> Result<Self, EpochError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
