@@ -213,6 +213,59 @@ fn with_aws_profile(mut builder: AmazonS3Builder) -> Result<AmazonS3Builder, obj
     Ok(builder)
 }
 
+/// The size of the parts a spooled snapshot is uploaded in: above S3's
+/// 5 MiB minimum, small enough that a task's upload holds little memory.
+pub const PART_BYTES: usize = 8 << 20;
+
+/// Upload the local file `file` to `path` in parts of [`PART_BYTES`],
+/// read one at a time; a failed part aborts the upload.
+async fn upload_file(
+    store: &dyn ObjectStore,
+    path: &Path,
+    file: &std::path::Path,
+) -> Result<(), object_store::Error> {
+    use std::io::Read;
+    let spool = |source: std::io::Error| object_store::Error::Generic {
+        store: "local spool",
+        source: format!("{}: {source}", file.display()).into(),
+    };
+    let mut reader = std::fs::File::open(file).map_err(spool)?;
+    let mut upload = store.put_multipart(path).await?;
+    loop {
+        let mut part = vec![0; PART_BYTES];
+        let mut filled = 0;
+        while filled < PART_BYTES {
+            match reader.read(&mut part[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = upload.abort().await;
+                    return Err(spool(e));
+                }
+            }
+        }
+        if filled == 0 {
+            break;
+        }
+        part.truncate(filled);
+        if let Err(e) = upload.put_part(PutPayload::from(part)).await {
+            let _ = upload.abort().await;
+            return Err(e);
+        }
+        if filled < PART_BYTES {
+            break;
+        }
+    }
+    match upload.complete().await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let _ = upload.abort().await;
+            Err(e)
+        }
+    }
+}
+
 /// Manifests and state objects of one topology. Cheap to clone.
 #[derive(Clone)]
 pub struct EpochStore {
@@ -466,6 +519,28 @@ impl EpochStore {
         });
     }
 
+    /// Write the local file `file` as `key` in the background, in parts
+    /// of [`PART_BYTES`] (a multipart upload: never whole in memory;
+    /// atomic and, locally, synced like a `put`), then remove the file
+    /// whatever happened and call `done`.
+    pub fn put_file_in_background(
+        &self,
+        key: String,
+        file: PathBuf,
+        done: impl FnOnce(Result<(), EpochError>) + Send + 'static,
+    ) {
+        let store = Arc::clone(&self.store);
+        let path = self.path(&key);
+        let location = self.location.clone();
+        self.runtime.spawn(async move {
+            let result = upload_file(&*store, &path, &file)
+                .await
+                .map_err(|source| EpochError::store(&location, "writing", &key, source));
+            let _ = std::fs::remove_file(&file);
+            done(result);
+        });
+    }
+
     fn delete(&self, key: &str) -> Result<(), EpochError> {
         let path = self.path(key);
         match self.runtime.block_on(self.store.delete(&path)) {
@@ -693,6 +768,38 @@ mod tests {
             generation: None,
             exchanges: BTreeMap::new(),
         }
+    }
+
+    /// A spooled file of several parts (and one of less than a part) is
+    /// stored byte for byte, and removed; a file that is not there fails
+    /// the write naming it, and stores nothing.
+    #[test]
+    fn a_spooled_file_is_stored_in_parts_and_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("open");
+        let mut next = crate::state::seeded(3);
+        for len in [2 * PART_BYTES + 12_345, 100] {
+            let bytes: Vec<u8> = (0..len).map(|_| next(256) as u8).collect();
+            let file = spool.path().join(format!("snapshot-{len}"));
+            std::fs::write(&file, &bytes).expect("spool");
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let key = format!("state/epoch-1/s/{len}.arrow");
+            store.put_file_in_background(key.clone(), file.clone(), move |r| {
+                let _ = tx.send(r);
+            });
+            rx.recv().expect("done").expect("stored");
+            assert!(store.get(&key).expect("read") == bytes, "{len} bytes");
+            assert!(!file.exists(), "the spooled file is removed");
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let missing = spool.path().join("never-written");
+        store.put_file_in_background("state/x.arrow".into(), missing, move |r| {
+            let _ = tx.send(r);
+        });
+        let e = rx.recv().expect("done").expect_err("no file");
+        assert!(e.to_string().contains("never-written"), "{e}");
+        assert!(store.get("state/x.arrow").is_err(), "nothing stored");
     }
 
     #[test]

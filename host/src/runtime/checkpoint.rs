@@ -5,7 +5,10 @@
 //! The hand-off is asynchronous: the task encodes its state (the only part
 //! that stops its data) and goes on; the write happens on the epoch store's
 //! I/O thread, which acknowledges the epoch to the coordinator once the
-//! object is durable. It never decides what the state is: operators do.
+//! object is durable. A task with `state_memory` spools its snapshot to a
+//! local file as it is encoded, and the store uploads the file in parts:
+//! its state is never whole in memory, not even encoded. It never decides
+//! what the state is: operators do.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,9 +23,17 @@ use super::operator::TaskError;
 use super::operators::rows::{saved_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{
-    SavedObject, SnapshotKind, SnapshotWriter, StateError, StateFormat, StateObject, StateSnapshot,
-    StateTable, ValueCodec, VnodeRange, WriterWatermarks,
+    SavedObject, SnapshotKind, SnapshotWriter, SpooledSnapshot, StateError, StateFormat,
+    StateObject, StateSnapshot, StateTable, ValueCodec, VnodeRange, WriterWatermarks,
 };
+
+/// A task's encoded state of one epoch, where it waits to be stored.
+enum Encoded {
+    /// In memory.
+    Bytes(StateSnapshot),
+    /// In a local file (`state_memory`).
+    File(SpooledSnapshot),
+}
 
 /// Entries a snapshot batch holds at most: a snapshot is encoded a batch
 /// at a time, never converted to columns whole.
@@ -51,6 +62,9 @@ pub struct StateContext {
     /// Bytes of state the task keeps in memory, and the directory whose
     /// subdirectory takes the rest (`state_memory`).
     memory_budget: Option<(PathBuf, usize)>,
+    /// With a budget: the start of the names of the files this task's
+    /// snapshots are spooled to (`<spill>/<stage>-<task>-<pid>-<n>`).
+    spool: Option<PathBuf>,
     store: EpochStore,
     acks: Sender<Ack>,
     control: Arc<RunControl>,
@@ -84,6 +98,7 @@ impl StateContext {
             chain: Vec::new(),
             full_every: 1,
             memory_budget: None,
+            spool: None,
             store,
             acks,
             control,
@@ -152,6 +167,7 @@ impl StateContext {
                 self.task,
                 std::process::id()
             ));
+            self.spool = Some(mine.clone());
             let label = format!("stage `{}` task {}", self.stage, self.task);
             table = table
                 .budgeted(&mine, *bytes, label)
@@ -195,23 +211,48 @@ impl StateContext {
     ) -> Result<StateSnapshot, TaskError> {
         let schema = with_watermark(table.snapshot_schema(kind), table.watermark());
         let key = format!("{} epoch {epoch}", self.stage);
-        let encoded = SnapshotWriter::new(&key, &schema).and_then(|mut writer| {
-            let written = table.snapshot_chunks(kind, SNAPSHOT_CHUNK, |columns| {
-                let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        let mut writer = SnapshotWriter::new(&key, &schema).map_err(|e| self.snapshot_error(e))?;
+        self.encode_into(table, kind, &schema, &mut writer)?;
+        writer.finish().map_err(|e| self.snapshot_error(e))
+    }
+
+    /// [`StateContext::snapshot_as`] into the local file `path`.
+    fn snapshot_spooled<C: ValueCodec>(
+        &self,
+        epoch: u64,
+        table: &StateTable<C>,
+        kind: SnapshotKind,
+        path: PathBuf,
+    ) -> Result<SpooledSnapshot, TaskError> {
+        let schema = with_watermark(table.snapshot_schema(kind), table.watermark());
+        let key = format!("{} epoch {epoch}", self.stage);
+        let mut writer =
+            SnapshotWriter::spooled(&key, &schema, path).map_err(|e| self.snapshot_error(e))?;
+        self.encode_into(table, kind, &schema, &mut writer)?;
+        writer.finish().map_err(|e| self.snapshot_error(e))
+    }
+
+    /// Write `table`'s snapshot of `kind` to `writer`, a batch of
+    /// [`SNAPSHOT_CHUNK`] entries at a time.
+    fn encode_into<C: ValueCodec, W: std::io::Write>(
+        &self,
+        table: &StateTable<C>,
+        kind: SnapshotKind,
+        schema: &arrow::datatypes::SchemaRef,
+        writer: &mut SnapshotWriter<W>,
+    ) -> Result<(), TaskError> {
+        table
+            .snapshot_chunks(kind, SNAPSHOT_CHUNK, |columns| {
+                let batch = RecordBatch::try_new(Arc::clone(schema), columns)?;
                 writer.write(&batch).map_err(StateError::from)
-            });
-            match written {
-                Ok(()) => writer.finish().map(Ok),
-                Err(e) => Ok(Err(e)),
-            }
-        });
-        match encoded {
-            Ok(Ok(snapshot)) => Ok(snapshot),
-            Ok(Err(e)) => Err(self.state_error(e)),
-            Err(source) => Err(TaskError::Snapshot {
-                stage: self.stage.clone(),
-                source,
-            }),
+            })
+            .map_err(|e| self.state_error(e))
+    }
+
+    fn snapshot_error(&self, source: crate::state::SnapshotError) -> TaskError {
+        TaskError::Snapshot {
+            stage: self.stage.clone(),
+            source,
         }
     }
 
@@ -228,7 +269,14 @@ impl StateContext {
             true => SnapshotKind::Full,
             false => self.next_kind(table.changed(), table.len()),
         };
-        let snapshot = self.snapshot_as(epoch, table, kind)?;
+        let snapshot = match &self.spool {
+            Some(spool) => {
+                let mut name = spool.as_os_str().to_owned();
+                name.push(format!("-epoch-{epoch}.arrow"));
+                Encoded::File(self.snapshot_spooled(epoch, table, kind, name.into())?)
+            }
+            None => Encoded::Bytes(self.snapshot_as(epoch, table, kind)?),
+        };
         table.mark_saved();
         let (on_disk, written, read) = table.spilled();
         if on_disk > 0 {
@@ -305,19 +353,23 @@ impl StateContext {
         snapshot: StateSnapshot,
         kind: SnapshotKind,
     ) {
-        self.send(epoch, format, snapshot, kind);
+        self.send(epoch, format, Encoded::Bytes(snapshot), kind);
     }
 
     /// Write `snapshot` in the background; once durable, acknowledge the
     /// epoch with the task's chain of objects, `snapshot`'s last.
-    fn send(&mut self, epoch: u64, format: &str, snapshot: StateSnapshot, kind: SnapshotKind) {
+    fn send(&mut self, epoch: u64, format: &str, snapshot: Encoded, kind: SnapshotKind) {
         let key = EpochStore::state_key(epoch, &self.stage, self.task, self.vnodes);
+        let (sha256, bytes) = match &snapshot {
+            Encoded::Bytes(s) => (s.sha256.clone(), s.bytes.len() as u64),
+            Encoded::File(f) => (f.sha256.clone(), f.len),
+        };
         let object = StateObject {
             task: self.task,
             vnodes: self.vnodes,
             key: key.clone(),
-            sha256: snapshot.sha256,
-            bytes: snapshot.bytes.len() as u64,
+            sha256,
+            bytes,
             epoch,
             delta: kind == SnapshotKind::Delta,
         };
@@ -331,25 +383,31 @@ impl StateContext {
         let stage = self.stage.clone();
         let format = format.to_string();
         if let Err(e) = crate::epoch::fault_point("before-state", epoch) {
+            if let Encoded::File(f) = &snapshot {
+                let _ = std::fs::remove_file(&f.path);
+            }
             control.fail(format!("checkpoint {epoch}: stage `{stage}`: {e}"));
             return;
         }
-        self.store
-            .put_in_background(key, snapshot.bytes, move |result| {
-                match result.and_then(|()| Ok(crate::epoch::fault_point("after-state", epoch)?)) {
-                    Ok(()) => {
-                        let _ = acks.send(Ack::State {
-                            stage,
-                            epoch,
-                            format,
-                            objects,
-                        });
-                    }
-                    Err(e) => control.fail(format!(
-                        "checkpoint {epoch}: stage `{stage}` could not save its state: {e}"
-                    )),
-                }
-            });
+        let done = move |result: Result<(), crate::epoch::EpochError>| match result
+            .and_then(|()| Ok(crate::epoch::fault_point("after-state", epoch)?))
+        {
+            Ok(()) => {
+                let _ = acks.send(Ack::State {
+                    stage,
+                    epoch,
+                    format,
+                    objects,
+                });
+            }
+            Err(e) => control.fail(format!(
+                "checkpoint {epoch}: stage `{stage}` could not save its state: {e}"
+            )),
+        };
+        match snapshot {
+            Encoded::Bytes(s) => self.store.put_in_background(key, s.bytes, done),
+            Encoded::File(f) => self.store.put_file_in_background(key, f.path, done),
+        }
     }
 }
 

@@ -28,7 +28,9 @@ pub use keyed::{
     keyed_format,
 };
 
-pub use snapshot::{SavedObject, SnapshotError, SnapshotWriter, StateObject, StateSnapshot};
+pub use snapshot::{
+    SavedObject, SnapshotError, SnapshotWriter, SpooledSnapshot, StateObject, StateSnapshot,
+};
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
 pub use writers::WriterWatermarks;

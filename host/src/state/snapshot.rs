@@ -39,6 +39,16 @@ pub enum SnapshotError {
         /// The error.
         source: arrow::error::ArrowError,
     },
+    /// The local file a snapshot is spooled to could not be written.
+    #[error("state object {key}: spooling it to {path}: {source}")]
+    Spool {
+        /// The object.
+        key: String,
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// The manifest's record of one state object.
@@ -78,21 +88,108 @@ pub struct StateSnapshot {
     pub sha256: String,
 }
 
+/// Encoded state of one task for one epoch, in a local file (a task with
+/// `state_memory`: its snapshot never sits in memory whole).
+#[derive(Debug, Clone)]
+pub struct SpooledSnapshot {
+    /// The Arrow IPC file.
+    pub path: std::path::PathBuf,
+    /// Its size.
+    pub len: u64,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// A local file being written, hashed and counted as it goes.
+pub struct SpoolFile {
+    path: std::path::PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    hasher: Sha256,
+    len: u64,
+}
+
+impl std::io::Write for SpoolFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// A snapshot being encoded batch by batch (so that state is never
-/// converted to columns whole: only its encoded bytes grow).
-pub struct SnapshotWriter {
+/// converted to columns whole: only its encoded bytes grow), into memory
+/// or ([`SnapshotWriter::spooled`]) into a local file.
+pub struct SnapshotWriter<W: std::io::Write = Vec<u8>> {
     key: String,
-    writer: FileWriter<Vec<u8>>,
+    writer: FileWriter<W>,
 }
 
 impl SnapshotWriter {
     /// A snapshot named `key` (for errors) of batches of `schema`.
     pub fn new(key: &str, schema: &SchemaRef) -> Result<Self, SnapshotError> {
-        let writer =
-            FileWriter::try_new(Vec::new(), schema).map_err(|source| SnapshotError::Arrow {
-                key: key.to_string(),
+        Self::over(key, schema, Vec::new())
+    }
+}
+
+impl SnapshotWriter<SpoolFile> {
+    /// A snapshot named `key` of batches of `schema`, written to a new
+    /// file at `path` as it is encoded.
+    pub fn spooled(
+        key: &str,
+        schema: &SchemaRef,
+        path: std::path::PathBuf,
+    ) -> Result<Self, SnapshotError> {
+        let spool_error = |source| SnapshotError::Spool {
+            key: key.to_string(),
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::create(&path).map_err(spool_error)?;
+        let sink = SpoolFile {
+            path,
+            file: std::io::BufWriter::with_capacity(1 << 20, file),
+            hasher: Sha256::new(),
+            len: 0,
+        };
+        Self::over(key, schema, sink)
+    }
+
+    /// The file, complete, with its size and digest.
+    pub fn finish(mut self) -> Result<SpooledSnapshot, SnapshotError> {
+        self.writer.finish().map_err(|e| self.arrow(e))?;
+        let key = self.key;
+        let mut sink = self
+            .writer
+            .into_inner()
+            .map_err(|source| SnapshotError::Arrow {
+                key: key.clone(),
                 source,
             })?;
+        let path = sink.path.clone();
+        std::io::Write::flush(&mut sink).map_err(|source| SnapshotError::Spool {
+            key,
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(SpooledSnapshot {
+            path,
+            len: sink.len,
+            sha256: hex::encode(sink.hasher.finalize()),
+        })
+    }
+}
+
+impl<W: std::io::Write> SnapshotWriter<W> {
+    fn over(key: &str, schema: &SchemaRef, sink: W) -> Result<Self, SnapshotError> {
+        let writer = FileWriter::try_new(sink, schema).map_err(|source| SnapshotError::Arrow {
+            key: key.to_string(),
+            source,
+        })?;
         Ok(SnapshotWriter {
             key: key.to_string(),
             writer,
@@ -110,7 +207,9 @@ impl SnapshotWriter {
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), SnapshotError> {
         self.writer.write(batch).map_err(|e| self.arrow(e))
     }
+}
 
+impl SnapshotWriter {
     /// The snapshot's bytes and digest.
     pub fn finish(mut self) -> Result<StateSnapshot, SnapshotError> {
         self.writer.finish().map_err(|e| self.arrow(e))?;
