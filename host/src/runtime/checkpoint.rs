@@ -70,6 +70,10 @@ pub struct StateContext {
     control: Arc<RunControl>,
 }
 
+/// The most deltas a budgeted task's chain holds (see
+/// [`StateContext::next_kind`]).
+pub const MAX_BUDGETED_DELTAS: usize = 256;
+
 impl StateContext {
     /// A context for task `task` of `parallelism` of `stage`.
     pub fn new(
@@ -292,8 +296,23 @@ impl StateContext {
     /// `entries` held are half of them or more (such a delta costs what the
     /// whole does to write, and a restore would read both); else only what
     /// changed.
+    ///
+    /// A task with `state_memory` ends its chain by size instead: when its
+    /// deltas add up to as many bytes as its last whole snapshot (a
+    /// restart reads at most twice its state). A whole snapshot of state
+    /// larger than memory reads every entry back from disk: every
+    /// `full_every` epochs, it was most of the task's time. A chain of
+    /// [`MAX_BUDGETED_DELTAS`] ends too, so an idle task's manifest entry
+    /// (a line per object) stays bounded.
     pub fn next_kind(&self, changed: usize, entries: usize) -> SnapshotKind {
-        let chain_ends = self.chain.is_empty() || self.chain.len() >= self.full_every;
+        let chain_ends = match (self.chain.split_first(), &self.memory_budget) {
+            (None, _) => true,
+            (Some((whole, deltas)), Some(_)) => {
+                deltas.len() >= MAX_BUDGETED_DELTAS
+                    || deltas.iter().map(|d| d.bytes).sum::<u64>() >= whole.bytes
+            }
+            (Some(_), None) => self.chain.len() >= self.full_every,
+        };
         match chain_ends || (entries > 0 && changed >= entries.div_ceil(2)) {
             true => SnapshotKind::Full,
             false => SnapshotKind::Delta,
@@ -425,6 +444,39 @@ mod tests {
             epoch,
             delta: epoch > 1,
         }
+    }
+
+    /// With `state_memory`, a chain restarts whole once its deltas add up
+    /// to the bytes of its whole snapshot, however many epochs that takes.
+    #[test]
+    fn a_budgeted_chain_ends_when_its_deltas_weigh_what_its_whole_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EpochStore::open(&dir.path().display().to_string()).expect("store");
+        let (acks, _acks) = crossbeam_channel::unbounded();
+        let mut ctx = StateContext::new("s", 0, 1, &[], store, acks, Arc::default())
+            .with_full_every(2)
+            .with_memory_budget(Some((dir.path().join("spill"), 1 << 20)));
+        let sized = |epoch: u64, bytes: u64| StateObject {
+            bytes,
+            ..object(epoch)
+        };
+        ctx.chain.push(sized(1, 1000));
+        for epoch in 2..=11 {
+            assert_eq!(ctx.next_kind(1, 100), SnapshotKind::Delta, "epoch {epoch}");
+            ctx.chain.push(sized(epoch, 100));
+        }
+        assert_eq!(
+            ctx.next_kind(1, 100),
+            SnapshotKind::Full,
+            "1000 bytes of deltas"
+        );
+        assert_eq!(ctx.next_kind(0, 0), SnapshotKind::Full);
+        ctx.chain.truncate(1);
+        ctx.chain
+            .extend((0..MAX_BUDGETED_DELTAS as u64).map(|e| sized(e + 2, 0)));
+        assert_eq!(ctx.next_kind(1, 100), SnapshotKind::Full, "empty deltas");
+        ctx.chain.pop();
+        assert_eq!(ctx.next_kind(1, 100), SnapshotKind::Delta);
     }
 
     /// A chain starts whole and restarts whole every `full_every` epochs;

@@ -1242,9 +1242,32 @@ impl<C: ValueCodec> StateTable<C> {
             let step = chunk.min(SPILL_CHUNK);
             match kind {
                 SnapshotKind::Full => {
+                    // A copy of an entry in memory is older or the same:
+                    // left out by merging the scan (in key order) with the
+                    // entries in memory that have one, sorted, rather than
+                    // a lookup per entry on disk (perf: 75% of a 20 M-entry
+                    // snapshot went to those lookups).
+                    let mut shadowed: Vec<(i64, &[u8])> = self
+                        .scopes
+                        .iter()
+                        .flat_map(|(scope, entries)| {
+                            entries
+                                .iter()
+                                .filter(|(_, e)| e.disk != DiskCopy::Absent)
+                                .map(move |(k, _)| (*scope, k.as_ref()))
+                        })
+                        .collect();
+                    shadowed.sort_unstable();
+                    let next = std::cell::Cell::new(0usize);
                     for found in spill.store.scan(step) {
-                        // A copy of an entry in memory is older or the same.
-                        let found = found?.select(|s, k, _| !self.in_memory(s, k))?;
+                        let found = found?.select(|s, k, _| {
+                            let mut i = next.get();
+                            while shadowed.get(i).is_some_and(|x| *x < (s, k)) {
+                                i += 1;
+                            }
+                            next.set(i);
+                            shadowed.get(i) != Some(&(s, k))
+                        })?;
                         f(self.spilled_columns(kind, found)?)?;
                     }
                 }

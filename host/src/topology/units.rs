@@ -1,9 +1,10 @@
-//! Durations (`"500ms"`, `"10s"`, `"2m"`) and sizes (`"256MiB"`) as written
+//! Durations (`"500ms"`, `"10s"`, `"2m"`, `"1d"`) and sizes (`"256MiB"`) as written
 //! in topology files.
 
 use std::time::Duration;
 
-/// Parse `"250ms"`, `"10s"`, `"2m"`, `"1h"`.
+/// Parse `"250ms"`, `"10s"`, `"2m"`, `"1h"`, `"1d"` (24 hours: event-time
+/// days, with no calendar or time zone).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     match parse_duration_or_zero(text)? {
         d if d.is_zero() => Err(format!("`{text}` must be a positive duration")),
@@ -27,9 +28,10 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
         "s" | "" => value,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
+        "d" => value * 86_400.0,
         other => {
             return Err(format!(
-                "unknown duration unit `{other}` in `{text}`; use ms, s, m or h"
+                "unknown duration unit `{other}` in `{text}`; use ms, s, m, h or d"
             ));
         }
     };
@@ -118,6 +120,7 @@ mod tests {
     fn durations_and_sizes() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
         assert!(parse_duration("0s").is_err());
         assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration_or_zero("0ms"), Ok(Duration::ZERO));
