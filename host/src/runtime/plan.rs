@@ -9,7 +9,7 @@
 //! or runs the stream (that is `executor::run`), and never parses the
 //! topology file (that is `topology`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema, SchemaRef};
@@ -125,6 +125,8 @@ pub struct Plan {
 /// every diagnostic found so far.
 struct Planner<'a> {
     topology: &'a Topology,
+    /// The nodes whose rows are a changelog.
+    changelogs: BTreeSet<String>,
     engine: &'a PluginEngine,
     catalog: Catalog<'a>,
     loaded: BTreeMap<String, LoadedPlugin>,
@@ -215,6 +217,7 @@ fn stateful_plan(
     inputs: &[String],
     input: SchemaRef,
     schemas: &BTreeMap<String, SchemaRef>,
+    changelog: bool,
 ) -> Result<StatefulPlan, (String, String)> {
     Ok(match kind {
         StageKind::Window(spec) => StatefulPlan::Window(WindowPlan::new(spec, input)?),
@@ -222,7 +225,7 @@ fn stateful_plan(
         StageKind::TopN(spec) => StatefulPlan::TopN(TopNPlan::new(spec, input)?),
         StageKind::Updating(spec) => match spec.output {
             UpdatingOutput::Aggregates(_) => {
-                StatefulPlan::Updating(UpdatingPlan::new(spec, input)?)
+                StatefulPlan::Updating(UpdatingPlan::new(spec, input, changelog)?)
             }
             UpdatingOutput::TopN { .. } => {
                 StatefulPlan::UpdatingTopN(UpdatingTopNPlan::new(spec, input)?)
@@ -251,6 +254,7 @@ impl<'a> Planner<'a> {
     fn new(topology: &'a Topology, engine: &'a PluginEngine) -> Self {
         Planner {
             topology,
+            changelogs: crate::topology::changelogs(topology),
             engine,
             catalog: Catalog::new(engine),
             loaded: BTreeMap::new(),
@@ -753,7 +757,8 @@ impl Planner<'_> {
         input: SchemaRef,
         schemas: &BTreeMap<String, SchemaRef>,
     ) -> Option<(Vec<StageTask>, SchemaRef)> {
-        let planned = stateful_plan(&node.kind, &node.inputs, input, schemas);
+        let changelog = node.inputs.iter().any(|i| self.changelogs.contains(i));
+        let planned = stateful_plan(&node.kind, &node.inputs, input, schemas, changelog);
         self.copies(
             key,
             node,

@@ -177,35 +177,66 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
 
 /// An updating stage's output is a changelog (rows that retract and
 /// replace earlier rows). A stateless stage maps each change on its own,
-/// which keeps it a changelog; a stateful one would fold a retraction in as
-/// a row (a window would count a `-U` twice over), so it is refused.
-/// Stages run in topological order here.
+/// which keeps it a changelog; an updating aggregate takes a changelog's
+/// retractions back out of its groups (count, sum and avg: its plan
+/// refuses the others) and writes a changelog of its own; any other
+/// stateful stage would fold a retraction in as a row (a window would
+/// count a `-U` twice over), so it is refused.
 fn check_changelogs_feed_stateless_stages(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
-    let mut changelogs: BTreeMap<&str, &str> = BTreeMap::new();
+    walk_changelogs(t, |stage, input, origin| {
+        errors.push(t.source_map.at_key(
+            &format!("stages.{stage}.input"),
+            format!(
+                "`{input}` is a changelog (the `{origin}` stage aggregates without a window, so its rows update earlier ones: `op` = +I, -U, +U, -D), and a {} stage takes rows that only add; read it with SQL or plugin stages, an aggregate without a window (count, sum, avg) and sinks, or aggregate per window instead",
+                t.stages
+                    .iter()
+                    .find(|s| s.name == stage)
+                    .map_or("stateful", |s| s.kind.label())
+            ),
+        ))
+    });
+}
+
+/// The nodes whose rows are a changelog (see
+/// [`check_changelogs_feed_stateless_stages`]).
+pub fn changelogs(t: &Topology) -> BTreeSet<String> {
+    walk_changelogs(t, |_, _, _| {}).into_keys().collect()
+}
+
+/// Follow changelogs through the stages (in topological order), calling
+/// `refused(stage, input, origin)` for a stage that cannot read one; the
+/// changelog nodes, each with the updating stage it comes from.
+fn walk_changelogs(
+    t: &Topology,
+    mut refused: impl FnMut(&str, &str, &str),
+) -> BTreeMap<String, String> {
+    let mut changelogs: BTreeMap<String, String> = BTreeMap::new();
     for stage in &t.stages {
         let from = stage
             .inputs
             .iter()
-            .find_map(|i| changelogs.get(i.as_str()).map(|origin| (i, *origin)));
+            .find_map(|i| changelogs.get(i).map(|origin| (i.clone(), origin.clone())));
+        let aggregates = matches!(
+            &stage.kind,
+            StageKind::Updating(spec) if matches!(spec.output, super::UpdatingOutput::Aggregates(_))
+        );
         let Some((input, origin)) = from else {
             if matches!(stage.kind, StageKind::Updating(_)) {
-                changelogs.insert(&stage.name, &stage.name);
+                changelogs.insert(stage.name.clone(), stage.name.clone());
             }
             continue;
         };
         match &stage.kind {
             StageKind::Sql(_) | StageKind::Step(_) | StageKind::Lookup(_) => {
-                changelogs.insert(&stage.name, origin);
+                changelogs.insert(stage.name.clone(), origin);
             }
-            other => errors.push(t.source_map.at_key(
-                &format!("stages.{}.input", stage.name),
-                format!(
-                    "`{input}` is a changelog (the `{origin}` stage aggregates without a window, so its rows update earlier ones: `op` = +I, -U, +U), and a {} stage takes rows that only add; read it with SQL or plugin stages and sinks, or aggregate per window instead",
-                    other.label()
-                ),
-            )),
+            _ if aggregates => {
+                changelogs.insert(stage.name.clone(), stage.name.clone());
+            }
+            _ => refused(&stage.name, &input, &origin),
         }
     }
+    changelogs
 }
 
 /// A window stage (or a keyed step's timers) fires on watermarks: every

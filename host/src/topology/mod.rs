@@ -9,6 +9,7 @@
 
 mod diagnostic;
 mod graph;
+pub use graph::changelogs;
 pub(crate) mod raw;
 mod raw_stateful;
 pub(crate) mod sql_file;
@@ -109,6 +110,17 @@ pub enum AggregateFn {
 }
 
 impl AggregateFn {
+    /// Whether a value folded in can be taken back out (an updating stage
+    /// over a changelog retracts `-U`/`-D` rows): `count`, `sum` and `avg`
+    /// can; `min`, `max`, `first_value`, `last_value` and distinct counts
+    /// would need every value kept.
+    pub fn retracts(self) -> bool {
+        matches!(
+            self,
+            AggregateFn::Count | AggregateFn::Sum | AggregateFn::Avg
+        )
+    }
+
     /// The function as written in SQL.
     pub fn sql_name(self) -> &'static str {
         match self {

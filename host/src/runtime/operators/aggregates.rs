@@ -337,6 +337,39 @@ impl Aggregates {
         }
     }
 
+    /// The accumulator of aggregate `i` of `group` (empty if none).
+    pub fn acc_of(&self, group: &GroupAccs, i: usize) -> Acc {
+        group.accs.get(i).copied().unwrap_or_default()
+    }
+
+    /// Take row `row` back out of `group` (a retraction: a changelog's
+    /// `-U` or `-D`). Only `count`, `sum` and `avg` can: the plan refuses
+    /// the others over a changelog ([`AggregateFn::retracts`]), and they
+    /// are left as they are here.
+    pub fn unfold(&self, group: &mut GroupAccs, values: &[Values], row: usize) {
+        for (b, (acc, v)) in self.list.iter().zip(group.accs.iter_mut().zip(values)) {
+            let summed = matches!(b.function, AggregateFn::Sum | AggregateFn::Avg);
+            match v {
+                Values::Rows => acc.count -= 1,
+                Values::Present(a) => acc.count -= i64::from(a.is_valid(row)),
+                Values::Int(a) if a.is_valid(row) => {
+                    if summed {
+                        acc.int = acc.int.wrapping_sub(a.value(row));
+                        acc.float -= a.value(row) as f64;
+                    }
+                    acc.count -= 1;
+                }
+                Values::Float(a) if a.is_valid(row) => {
+                    if summed {
+                        acc.float -= a.value(row);
+                    }
+                    acc.count -= 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Fold `from` into `into` (two sessions merging).
     pub fn merge(&self, into: &mut GroupAccs, from: &GroupAccs) {
         for (b, (a, f)) in self.list.iter().zip(into.accs.iter_mut().zip(&from.accs)) {

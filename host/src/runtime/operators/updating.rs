@@ -20,16 +20,16 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use super::aggregates::{Aggregates, GroupCodec, GroupResult};
+use super::aggregates::{Aggregates, GroupAccs, GroupCodec, GroupResult};
 use super::rows::{OUTPUT_BATCH, RowsByKey, SettingError, StateGauge, find_column};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
 use crate::state::{KeyHasher, StateFormat, StateTable};
-use crate::topology::{CHANGELOG_OP, UpdatingOutput, UpdatingSpec};
+use crate::topology::{Aggregate, AggregateFn, CHANGELOG_OP, UpdatingOutput, UpdatingSpec};
 
 /// An updating stage checked against its input schema; cloned per task.
 #[derive(Debug, Clone)]
@@ -38,11 +38,25 @@ pub struct UpdatingPlan {
     input: SchemaRef,
     output: SchemaRef,
     aggregates: Aggregates,
+    /// Over a changelog: the input's `op` column (its `-U`/`-D` rows are
+    /// taken back out of their groups).
+    retract: Option<usize>,
+    /// The aggregates the output shows: over a changelog one more, a
+    /// hidden `count(*)`, tells when a group is empty again.
+    shown: usize,
 }
 
+/// The hidden row count of an updating stage over a changelog.
+const GROUP_ROWS: &str = "fv_group_rows";
+
 impl UpdatingPlan {
-    /// Check `spec` against `input`. The error names the offending setting.
-    pub fn new(spec: &UpdatingSpec, input: SchemaRef) -> Result<Self, SettingError> {
+    /// Check `spec` against `input`, a changelog (rows with `op`) if
+    /// `changelog`. The error names the offending setting.
+    pub fn new(
+        spec: &UpdatingSpec,
+        input: SchemaRef,
+        changelog: bool,
+    ) -> Result<Self, SettingError> {
         let UpdatingOutput::Aggregates(aggregates) = &spec.output else {
             return Err(("top_n".into(), "not an aggregation".into()));
         };
@@ -50,8 +64,31 @@ impl UpdatingPlan {
         for k in &spec.key {
             fields.push(input.field(find_column(&input, "key", k)?).clone());
         }
-        let aggregates = Aggregates::bind(aggregates, &input)?;
-        fields.extend(aggregates.fields());
+        let shown = aggregates.len();
+        let mut bound = aggregates.clone();
+        let retract = match changelog {
+            false => None,
+            true => {
+                if let Some(a) = aggregates.iter().find(|a| !a.function.retracts()) {
+                    return Err((
+                        "aggregates".into(),
+                        format!(
+                            "`{}` over a changelog: its input's `-U`/`-D` rows take values back, and {} cannot give one back without keeping every value; count, sum and avg can (or aggregate per window upstream, whose rows only add)",
+                            a.alias,
+                            a.function.sql_name()
+                        ),
+                    ));
+                }
+                bound.push(Aggregate {
+                    function: AggregateFn::Count,
+                    column: None,
+                    alias: GROUP_ROWS.into(),
+                });
+                Some(find_column(&input, "input", CHANGELOG_OP)?)
+            }
+        };
+        let aggregates = Aggregates::bind(&bound, &input)?;
+        fields.extend(aggregates.fields().into_iter().take(shown));
         fields.push(Field::new(CHANGELOG_OP, DataType::Utf8, false));
         KeyHasher::new(&input, &spec.key).map_err(|e| ("key".to_string(), e.to_string()))?;
         Ok(UpdatingPlan {
@@ -59,6 +96,8 @@ impl UpdatingPlan {
             input,
             output: Arc::new(Schema::new(fields)),
             aggregates,
+            retract,
+            shown,
         })
     }
 
@@ -69,9 +108,13 @@ impl UpdatingPlan {
 
     /// What the state means; a restart refuses state of another meaning.
     pub fn format(&self) -> StateFormat {
-        StateFormat::new("updating", 1)
+        let format = StateFormat::new("updating", 1)
             .setting("key", self.spec.key.join(","))
-            .setting("output", self.spec.describe())
+            .setting("output", self.spec.describe());
+        match self.retract {
+            Some(_) => format.setting("retracts", "changelog"),
+            None => format,
+        }
     }
 }
 
@@ -81,6 +124,8 @@ pub(super) enum Change {
     Insert,
     Before,
     After,
+    /// A group emptied by retractions (over a changelog only).
+    Delete,
 }
 
 impl Change {
@@ -90,6 +135,7 @@ impl Change {
             Change::Insert => "+I",
             Change::Before => "-U",
             Change::After => "+U",
+            Change::Delete => "-D",
         }
     }
 
@@ -133,10 +179,46 @@ impl UpdatingAggregate {
             .key_columns(changes.iter().map(|(k, _, _)| *k))
             .map_err(self.ctx.arrow("decoding keys"))?;
         let results: Vec<&GroupResult> = changes.iter().map(|(_, _, r)| r).collect();
-        columns.extend(self.plan.aggregates.finish(&results));
+        columns.extend(
+            self.plan
+                .aggregates
+                .finish(&results)
+                .into_iter()
+                .take(self.plan.shown),
+        );
         columns.push(Change::column(changes.iter().map(|(_, c, _)| *c)));
         RecordBatch::try_new(self.plan.output_schema(), columns)
             .map_err(self.ctx.arrow("building output rows"))
+    }
+}
+
+impl UpdatingAggregate {
+    /// Over a changelog, which rows of `batch` retract (`-U`, `-D`); an
+    /// `op` that is none of the four kinds stops the task naming it.
+    fn retractions(&self, batch: &RecordBatch) -> Result<Option<Vec<bool>>, TaskError> {
+        let Some(column) = self.plan.retract else {
+            return Ok(None);
+        };
+        let ops = batch
+            .column(column)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| {
+                self.ctx.error(format!(
+                    "the changelog's `{CHANGELOG_OP}` column is not text"
+                ))
+            })?;
+        (0..batch.num_rows())
+            .map(|row| match ops.is_valid(row).then(|| ops.value(row)) {
+                Some("+I" | "+U") => Ok(false),
+                Some("-U" | "-D") => Ok(true),
+                other => Err(self.ctx.error(format!(
+                    "row {row} of the changelog has `{CHANGELOG_OP}` = {}: a change is +I, -U, +U or -D",
+                    other.map_or("null".to_string(), |o| format!("`{o}`"))
+                ))),
+            })
+            .collect::<Result<Vec<bool>, TaskError>>()
+            .map(Some)
     }
 }
 
@@ -162,7 +244,10 @@ impl Operator for UpdatingAggregate {
         // Groups on disk (under `state_memory`) come back in one read.
         let prefetched = self.table.prefetch_keys(touched.keys.iter().copied());
         prefetched.map_err(|e| self.ctx.state_error(e))?;
+        let retractions = self.retractions(&batch)?;
+        let rows_of = |group: &GroupAccs| aggregates.acc_of(group, self.plan.shown).count;
         let mut changes = Vec::with_capacity(touched.keys.len() * 2);
+        let mut emptied = Vec::new();
         // In key order, so the changes are too.
         for (key, rows) in touched.in_key_order() {
             let (group, new) = self
@@ -171,19 +256,39 @@ impl Operator for UpdatingAggregate {
                 .map_err(|e| self.ctx.state_error(e))?;
             let before = (!new).then(|| aggregates.result_of(group));
             for &row in rows {
-                aggregates.fold(group, &values, row as usize, 0);
+                match &retractions {
+                    Some(retracts) if retracts[row as usize] => {
+                        // A retraction of nothing held (its row was
+                        // filtered out upstream) is ignored, as Flink does.
+                        if rows_of(group) > 0 {
+                            aggregates.unfold(group, &values, row as usize);
+                        }
+                    }
+                    _ => aggregates.fold(group, &values, row as usize, 0),
+                }
             }
             let now = aggregates.result_of(group);
-            match before {
+            let empty = self.plan.retract.is_some() && rows_of(group) == 0;
+            match (before, empty) {
+                (None, true) => emptied.push(key),
+                (Some(before), true) => {
+                    emptied.push(key);
+                    changes.push((key, Change::Delete, before));
+                }
                 // A group whose figures did not change (a lower value for a
                 // `max`) emits nothing, as Flink's aggregate does.
-                Some(before) if aggregates.same_figures(&before, &now) => {}
-                Some(before) => {
+                (Some(before), false) if aggregates.same_figures(&before, &now) => {}
+                (Some(before), false) => {
                     changes.push((key, Change::Before, before));
                     changes.push((key, Change::After, now));
                 }
-                None => changes.push((key, Change::Insert, now)),
+                (None, false) => changes.push((key, Change::Insert, now)),
             }
+        }
+        for key in emptied {
+            self.table
+                .remove_key(key)
+                .map_err(|e| self.ctx.state_error(e))?;
         }
         for chunk in changes.chunks(OUTPUT_BATCH) {
             let batch = self.output(chunk)?;

@@ -25,7 +25,7 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, Select, SelectItem,
-    Spanned, TableAlias, TableFactor, TableWithJoins, visit_expressions,
+    Spanned, TableAlias, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
 };
 
 use super::query::{rename_items, resolved_name, strings, table_factor, window_function};
@@ -35,6 +35,15 @@ use super::{SqlProblem, Translator, values};
 struct Side {
     node: String,
     qualifier: Ident,
+}
+
+/// A column reference's parts as SQL resolves them (`x.k` → `["x", "k"]`).
+fn column_parts(e: &Expr) -> Option<Vec<String>> {
+    match e {
+        Expr::Identifier(id) => Some(vec![resolved_name(id)]),
+        Expr::CompoundIdentifier(parts) => Some(parts.iter().map(resolved_name).collect()),
+        _ => None,
+    }
 }
 
 /// A column of one side: the side (0 left, 1 right) and its name.
@@ -104,9 +113,7 @@ impl Translator<'_> {
             }
         };
         if super::query::is_grouped(&select) || select.having.is_some() {
-            return Err(problem(
-                "GROUP BY over a join is an updating aggregate (each new pair changes a group's result) and is not planned from SQL; aggregate per window in a view over the join's result instead".into(),
-            ));
+            return self.group_over_join(select, name, rename, at);
         }
         let sides = [
             self.join_side(&left, name, "left", at)?,
@@ -267,6 +274,123 @@ impl Translator<'_> {
         }
         self.add_sql_stage(name, &join_name, &result, at)?;
         Ok(name.to_string())
+    }
+
+    /// `SELECT k, agg(v) FROM a x, b y WHERE … GROUP BY …`: the join
+    /// planned as a node of its own that passes on each column the
+    /// grouping reads (`y.v AS v`; `y_v` where both sides have a `v`), and
+    /// the grouping over that node, an updating aggregate (a group's result
+    /// changes with every pair the join adds).
+    fn group_over_join(
+        &mut self,
+        mut select: Select,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        if select.projection.iter().any(|i| {
+            matches!(
+                i,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
+        }) {
+            return Err(SqlProblem {
+                offset: at,
+                message: "GROUP BY over a join: name the columns the select list keeps (no `*`)"
+                    .into(),
+            });
+        }
+        // The columns the select list, GROUP BY and HAVING read, each once.
+        let mut columns: Vec<(Vec<String>, Expr)> = Vec::new();
+        {
+            let mut collect = |e: &Expr| {
+                let _ = visit_expressions(e, |x| {
+                    if let Some(parts) = column_parts(x)
+                        && !columns.iter().any(|(p, _)| *p == parts)
+                    {
+                        columns.push((parts, x.clone()));
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            };
+            for item in &select.projection {
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
+                {
+                    collect(e);
+                }
+            }
+            if let GroupByExpr::Expressions(exprs, _) = &select.group_by {
+                exprs.iter().for_each(&mut collect);
+            }
+            if let Some(h) = &select.having {
+                collect(h);
+            }
+        }
+        let named: Vec<(Vec<String>, Expr, String)> = columns
+            .iter()
+            .map(|(parts, e)| {
+                let last = parts.last().cloned().unwrap_or_default();
+                let shared = columns
+                    .iter()
+                    .filter(|(p, _)| p.last() == Some(&last))
+                    .count()
+                    > 1;
+                let name = if shared { parts.join("_") } else { last };
+                (parts.clone(), e.clone(), name)
+            })
+            .collect();
+        let mut join = select.clone();
+        join.projection = named
+            .iter()
+            .map(|(_, e, name)| SelectItem::ExprWithAlias {
+                expr: e.clone(),
+                alias: Ident::with_quote('"', name.clone()),
+            })
+            .collect();
+        join.group_by = GroupByExpr::Expressions(vec![], vec![]);
+        join.having = None;
+        let join_name = self.fresh_name(&format!("{name}_pairs"));
+        let node = self.plan_join(join, &join_name, None, at)?;
+        // The grouping reads the join's columns by those names.
+        let replace = |e: &mut Expr| {
+            let _ = visit_expressions_mut(e, |x| {
+                if let Some(parts) = column_parts(x)
+                    && let Some((_, _, name)) = named.iter().find(|(p, _, _)| *p == parts)
+                {
+                    *x = Expr::Identifier(Ident::with_quote('"', name.clone()));
+                }
+                ControlFlow::<()>::Continue(())
+            });
+        };
+        for item in &mut select.projection {
+            match item {
+                SelectItem::UnnamedExpr(e) => {
+                    // A column keeps its own name in the result.
+                    let own = column_parts(e).and_then(|p| p.last().cloned());
+                    replace(e);
+                    if let Some(own) = own {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: Ident::with_quote('"', own),
+                        };
+                    }
+                }
+                SelectItem::ExprWithAlias { expr, .. } => replace(expr),
+                _ => {}
+            }
+        }
+        if let GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
+            exprs.iter_mut().for_each(replace);
+        }
+        if let Some(h) = &mut select.having {
+            replace(h);
+        }
+        select.from = vec![TableWithJoins {
+            relation: table_factor(&node, None, at)?,
+            joins: vec![],
+        }];
+        select.selection = None;
+        self.plan_select(select, node, None, name, rename, at)
     }
 
     /// The node one side of a join reads, planned, and its qualifier.

@@ -240,7 +240,7 @@ impl Translator<'_> {
     }
 
     /// A projection and filter over one input: a SQL stage.
-    fn plan_select(
+    pub(super) fn plan_select(
         &mut self,
         mut select: Select,
         input: String,
@@ -272,6 +272,25 @@ impl Translator<'_> {
         }
         self.add_sql_stage(name, &input, &select, at)?;
         Ok(name.to_string())
+    }
+
+    /// Whether `node`'s rows are a changelog: an updating stage's, or a
+    /// SQL or plugin stage's over one (as the topology check follows them).
+    pub(super) fn is_changelog(&self, node: &str) -> bool {
+        let Some(stage) = self.doc.stage(node) else {
+            return false;
+        };
+        if stage.contains_key("updating") {
+            return true;
+        }
+        let maps = stage.contains_key("sql") || stage.contains_key("plugin");
+        let inputs = stage.get("input").and_then(toml::Value::as_array);
+        maps && inputs.is_some_and(|inputs| {
+            inputs
+                .iter()
+                .filter_map(toml::Value::as_str)
+                .any(|i| self.is_changelog(i))
+        })
     }
 
     /// `stages.<name> = { input = [input], sql = "…" }`.
@@ -561,8 +580,11 @@ impl Translator<'_> {
                 | WindowShape::PerWindowEnd { time } => Some(time),
                 WindowShape::Updating { .. } => None,
             };
+            // A changelog's rows keep their kind.
+            let op = crate::topology::CHANGELOG_OP.to_string();
+            let kind = (updating && self.is_changelog(&input)).then_some(&op);
             let mut columns: Vec<&String> = Vec::new();
-            for c in time.into_iter().chain(&keys).chain(&arguments) {
+            for c in time.into_iter().chain(&keys).chain(&arguments).chain(kind) {
                 if !columns.contains(&c) && !computed.iter().any(|(_, n)| n == c) {
                     columns.push(c);
                 }

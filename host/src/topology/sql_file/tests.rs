@@ -578,8 +578,12 @@ fn joins_that_cannot_be_planned_are_refused_with_what_to_write() {
             "at least one equality between a column of each side",
         ),
         (
-            "SELECT A.category, count(*) FROM auction A, person P WHERE A.seller = P.id GROUP BY A.category",
-            "updating aggregate",
+            "SELECT * FROM auction A, person P WHERE A.seller = P.id GROUP BY A.category",
+            "GROUP BY over a join: name the columns",
+        ),
+        (
+            "SELECT id FROM (SELECT A.id, ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY P.date_time) AS rn FROM auction A, person P WHERE A.seller = P.id) WHERE rn <= 1",
+            "ranks by columns its select list keeps: add `P.date_time`",
         ),
         (
             "SELECT A.id FROM auction A JOIN (SELECT * FROM person) ON A.seller = id",
@@ -815,4 +819,98 @@ fn a_day_as_a_cast_reads_as_strftime_does() {
         .expect("format")
         .to_string();
     assert!(text.contains("| 7 | 7    |"), "{text}");
+}
+
+const AUCTIONS_AND_BIDS: &str = "CREATE TABLE auction (id BIGINT, seller BIGINT, category BIGINT, date_time TIMESTAMP(3), expires TIMESTAMP(3),
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) WITH ('connector' = 'generator', 'config.stream' = 'auction');
+CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP(3),
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) WITH ('connector' = 'generator', 'config.stream' = 'bid');
+CREATE TABLE out WITH ('connector' = 'blackhole-sink');
+";
+
+#[test]
+fn a_ranking_over_a_join_ranks_the_joins_rows_by_the_names_its_select_list_gives() {
+    // Nexmark q9's shape: each auction's best bid within its lifetime.
+    let t = toml_of(&format!(
+        "{AUCTIONS_AND_BIDS}INSERT INTO out SELECT id, seller, price, bid_time FROM (
+           SELECT A.*, B.price, B.date_time AS bid_time,
+             ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum
+           FROM auction A, bid B
+           WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+         ) WHERE rownum <= 1;"
+    ));
+    let stages = &t["stages"];
+    let join = &stages["out_insert_join_join"];
+    assert_eq!(
+        join["join"]["on"],
+        toml::Value::Array(vec!["id = auction".into()])
+    );
+    assert_eq!(join["join"]["unbounded"].as_bool(), Some(true));
+    assert_eq!(
+        stages["out_insert_join"]["sql"].as_str(),
+        Some(
+            r#"SELECT A.*, B.price, B.date_time AS bid_time FROM "auction" AS A, "bid" AS B WHERE B.date_time BETWEEN A.date_time AND A.expires"#
+        )
+    );
+    let rank = &stages["out_insert_rank"];
+    assert_eq!(
+        rank["input"],
+        toml::Value::Array(vec!["out_insert_join".into()])
+    );
+    assert_eq!(rank["updating"].as_bool(), Some(true));
+    assert_eq!(rank["key"], toml::Value::Array(vec!["id".into()]));
+    assert_eq!(
+        rank["top_n"]["order_by"],
+        toml::Value::Array(vec!["price DESC".into(), "bid_time".into()])
+    );
+    assert_eq!(
+        stages["out_insert"]["sql"].as_str(),
+        Some(r#"SELECT id, seller, price, bid_time, "op" FROM "out_insert_rank""#)
+    );
+}
+
+#[test]
+fn a_group_by_over_a_join_and_an_aggregate_of_its_changelog_are_updating_stages() {
+    // Nexmark q4's shape: the best price per auction, averaged per
+    // category (an aggregate over another's changelog).
+    let text = format!(
+        "{AUCTIONS_AND_BIDS}INSERT INTO out SELECT Q.category, AVG(Q.final) FROM (
+           SELECT MAX(B.price) AS final, A.category FROM auction A, bid B
+           WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+           GROUP BY A.id, A.category
+         ) Q GROUP BY Q.category;"
+    );
+    let t = toml_of(&text);
+    let stages = &t["stages"];
+    assert_eq!(
+        stages["out_insert_from_pairs"]["sql"].as_str(),
+        Some(
+            r#"SELECT B.price AS "price", A.category AS "category", A.id AS "id" FROM "auction" AS A, "bid" AS B WHERE B.date_time BETWEEN A.date_time AND A.expires"#
+        )
+    );
+    let best = &stages["out_insert_from_window"];
+    assert_eq!(
+        best["input"],
+        toml::Value::Array(vec!["out_insert_from_pairs".into()])
+    );
+    assert_eq!(best["updating"].as_bool(), Some(true));
+    assert_eq!(
+        best["key"],
+        toml::Value::Array(vec!["id".into(), "category".into()])
+    );
+    assert_eq!(
+        stages["out_insert_from"]["sql"].as_str(),
+        Some(
+            r#"SELECT "final" AS final, "category" AS "category", "op" FROM "out_insert_from_window""#
+        )
+    );
+    let average = &stages["out_insert_window"];
+    assert_eq!(
+        average["input"],
+        toml::Value::Array(vec!["out_insert_from".into()])
+    );
+    assert_eq!(average["updating"].as_bool(), Some(true));
+    assert_eq!(average["key"], toml::Value::Array(vec!["category".into()]));
+    // An aggregate without a window may read a changelog; a window may not.
+    crate::topology::Topology::parse(std::path::Path::new("q4.sql"), &text).expect("q4 checks");
 }

@@ -19,13 +19,13 @@
 //! it.
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Ident, Query, Select, SelectItem, SetExpr, TableAlias, TableFactor,
-    Value, WindowType,
+    BinaryOperator, Expr, Ident, Query, Select, SelectItem, SelectItemQualifiedWildcardKind,
+    SetExpr, TableAlias, TableFactor, Value, WindowType,
 };
 
 use super::query::{
-    WindowCall, WindowShape, is_grouped, keep_changelog_op, rename_items, strings, table_factor,
-    window_and_keys, window_function,
+    WindowCall, WindowShape, is_grouped, keep_changelog_op, rename_items, resolved_name, strings,
+    table_factor, window_and_keys, window_function,
 };
 use super::{SqlProblem, Translator};
 
@@ -33,7 +33,27 @@ use super::{SqlProblem, Translator};
 struct Ranking {
     alias: Ident,
     partition: Vec<Expr>,
-    order: Vec<String>,
+    /// The ORDER BY: each column (an identifier) and whether descending.
+    order: Vec<(Expr, bool)>,
+}
+
+impl Ranking {
+    /// The top-N stage's `order_by`: `col` or `col DESC`.
+    fn order_by(&self) -> Vec<String> {
+        self.order
+            .iter()
+            .map(|(e, descending)| {
+                let column = match e {
+                    Expr::Identifier(id) => id.value.clone(),
+                    Expr::CompoundIdentifier(parts) => {
+                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                    }
+                    other => other.to_string(),
+                };
+                format!("{column}{}", if *descending { " DESC" } else { "" })
+            })
+            .collect()
+    }
 }
 
 impl Translator<'_> {
@@ -80,19 +100,26 @@ impl Translator<'_> {
         {
             return Err(problem("a top-N query ranks rows (ROW_NUMBER() … WHERE rn <= N); aggregate in a view or subquery it reads".into()));
         }
+        // A ranking over a join ranks the rows of the join, planned first.
+        let joined = ranked.from.len() > 1 || ranked.from.iter().any(|f| !f.joins.is_empty());
+        let over_join;
+        let (ranked, ranking, join) = if joined {
+            let (node, over, ranking) = self.rank_over_join(ranked, ranking, name, at)?;
+            over_join = over;
+            (&over_join, ranking, Some(node))
+        } else {
+            (ranked, ranking, None)
+        };
         let [from] = ranked.from.as_slice() else {
             return Err(problem(
-                "a top-N query ranks the rows of one table, view or window".into(),
+                "a top-N query ranks the rows of one table, view, window or join".into(),
             ));
         };
-        if !from.joins.is_empty() {
-            return Err(problem(
-                "JOIN is not planned from SQL yet; rank the rows of one input".into(),
-            ));
-        }
         // The window: the ranking's own tumbling window, the one its input
         // already carries, or none (an updating ranking of the stream).
-        let (input, window) = if let Some((function, args, _)) = window_function(&from.relation) {
+        let (input, window) = if let Some(node) = join {
+            self.window_of(node)
+        } else if let Some((function, args, _)) = window_function(&from.relation) {
             match self.window_call(&function, args, at)? {
                 WindowCall {
                     input,
@@ -188,7 +215,7 @@ impl Translator<'_> {
         };
         let mut top_n = toml::Table::new();
         top_n.insert("n".into(), toml::Value::Integer(i64::from(n)));
-        top_n.insert("order_by".into(), strings(ranking.order));
+        top_n.insert("order_by".into(), strings(ranking.order_by()));
         top_n.insert("rank".into(), toml::Value::String(rank.clone()));
         self.add_stage(
             &stage,
@@ -222,6 +249,64 @@ impl Translator<'_> {
         }
         self.add_sql_stage(name, &stage, &after, at)?;
         Ok(name.to_string())
+    }
+
+    /// `ROW_NUMBER() OVER (PARTITION BY a.k ORDER BY b.v DESC) … FROM a, b
+    /// WHERE …`: the join planned as a node of its own (the select list
+    /// less the rank, the WHERE as the join's conditions), and the ranking
+    /// rewritten to read that node's columns by the names the select list
+    /// gives them (`b.t AS bid_time` is ranked as `bid_time`).
+    fn rank_over_join(
+        &mut self,
+        ranked: &Select,
+        ranking: Ranking,
+        name: &str,
+        at: Option<usize>,
+    ) -> Result<(String, Select, Ranking), SqlProblem> {
+        let rank = ranking.alias.value.clone();
+        let items: Vec<SelectItem> = ranked
+            .projection
+            .iter()
+            .filter(|i| !is_rank_item(i, &rank))
+            .cloned()
+            .collect();
+        let output = |e: &Expr| {
+            output_column(e, &items)
+                .map(|c| Expr::Identifier(Ident::with_quote('"', c)))
+                .ok_or_else(|| SqlProblem {
+                    offset: at,
+                    message: format!(
+                        "ROW_NUMBER() over a join ranks by columns its select list keeps: add `{e}` to it (e.g. `{e} AS {}_key`)",
+                        rank
+                    ),
+                })
+        };
+        let partition = ranking
+            .partition
+            .iter()
+            .map(output)
+            .collect::<Result<Vec<_>, _>>()?;
+        let order = ranking
+            .order
+            .iter()
+            .map(|(e, descending)| Ok((output(e)?, *descending)))
+            .collect::<Result<Vec<_>, SqlProblem>>()?;
+        let mut join = ranked.clone();
+        join.projection = items;
+        let join_name = self.fresh_name(&format!("{name}_join"));
+        let node = self.plan_join(join, &join_name, None, at)?;
+        let mut over = ranked.clone();
+        over.projection = vec![SelectItem::Wildcard(Default::default())];
+        over.from.truncate(1);
+        over.from[0].relation = table_factor(&node, None, at)?;
+        over.from[0].joins.clear();
+        over.selection = None;
+        let ranking = Ranking {
+            alias: ranking.alias,
+            partition,
+            order,
+        };
+        Ok((node, over, ranking))
     }
 
     /// A node and, if its rows carry `window_end` from a windowed GROUP
@@ -269,19 +354,13 @@ fn ranking(select: &Select) -> Option<Result<Ranking, String>> {
         }
         let mut order = Vec::new();
         for o in &spec.order_by {
-            let column = match &o.expr {
-                Expr::Identifier(id) => id.value.clone(),
-                Expr::CompoundIdentifier(parts) => {
-                    parts.last().map(|p| p.value.clone()).unwrap_or_default()
-                }
-                other => {
-                    return Some(Err(format!(
-                        "ORDER BY `{other}`: rank by columns; compute `{other}` in a view first"
-                    )));
-                }
-            };
-            let descending = o.options.asc == Some(false);
-            order.push(format!("{column}{}", if descending { " DESC" } else { "" }));
+            if !matches!(o.expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                let other = &o.expr;
+                return Some(Err(format!(
+                    "ORDER BY `{other}`: rank by columns; compute `{other}` in a view first"
+                )));
+            }
+            order.push((o.expr.clone(), o.options.asc == Some(false)));
         }
         if order.is_empty() {
             return Some(Err("ROW_NUMBER() needs an ORDER BY to rank by".into()));
@@ -293,6 +372,43 @@ fn ranking(select: &Select) -> Option<Result<Ranking, String>> {
         });
     }
     found.map(Ok)
+}
+
+/// The name under which a select list passes column `e` (`x.k` or `k`)
+/// on: an item that is the column (its alias, or the column's own name),
+/// else a `*` or `x.*` that covers it; `None` if the list drops it.
+fn output_column(e: &Expr, items: &[SelectItem]) -> Option<String> {
+    let parts: Vec<String> = match e {
+        Expr::Identifier(id) => vec![resolved_name(id)],
+        Expr::CompoundIdentifier(parts) => parts.iter().map(resolved_name).collect(),
+        _ => return None,
+    };
+    let column = parts.last()?.clone();
+    let is_it = |x: &Expr| match x {
+        Expr::Identifier(id) => parts.len() == 1 && resolved_name(id) == column,
+        Expr::CompoundIdentifier(xs) => xs.iter().map(resolved_name).eq(parts.iter().cloned()),
+        _ => false,
+    };
+    let explicit = items.iter().find_map(|item| match item {
+        SelectItem::UnnamedExpr(x) if is_it(x) => Some(column.clone()),
+        SelectItem::ExprWithAlias { expr, alias } if is_it(expr) => Some(resolved_name(alias)),
+        _ => None,
+    });
+    explicit.or_else(|| {
+        items.iter().find_map(|item| match item {
+            SelectItem::Wildcard(_) => Some(column.clone()),
+            SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(q), _)
+                if parts.len() == 2
+                    && q.0.len() == 1
+                    && q.0[0]
+                        .as_ident()
+                        .is_some_and(|i| resolved_name(i) == parts[0]) =>
+            {
+                Some(column.clone())
+            }
+            _ => None,
+        })
+    })
 }
 
 fn is_rank_item(item: &SelectItem, rank: &str) -> bool {

@@ -55,6 +55,11 @@ impl Document {
         Ok(())
     }
 
+    /// The table of stage `name`, if one is planned.
+    pub(super) fn stage(&self, name: &str) -> Option<&toml::Table> {
+        self.root.get("stages")?.as_table()?.get(name)?.as_table()
+    }
+
     /// Say where `key` (a node, `stages.out`) comes from, unless it is
     /// known already.
     pub(super) fn mark(&mut self, key: String, offset: Option<usize>) {

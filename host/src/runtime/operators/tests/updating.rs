@@ -69,7 +69,7 @@ fn a_group_whose_figures_did_not_change_emits_nothing() {
         key: vec!["auction".into()],
         output: UpdatingOutput::Aggregates(vec![top]),
     };
-    let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
+    let plan = UpdatingPlan::new(&spec, input.schema(), false).expect("plan");
     let mut h = Harness::new(
         StatefulPlan::Updating(plan),
         vec![vec!["auction".into()]],
@@ -127,7 +127,7 @@ proptest! {
         let input = bids(seed, rows, keys, 7, 0);
         let key = if keyed { vec!["auction".to_string()] } else { vec![] };
         let spec = UpdatingSpec { key: key.clone(), output: UpdatingOutput::Aggregates(aggregates()) };
-        let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
+        let plan = UpdatingPlan::new(&spec, input.schema(), false).expect("plan");
         let mut h = Harness::new(StatefulPlan::Updating(plan), vec![key], before);
         drive(&mut h, &input, batch_rows, 0, (rows as f64 * restart) as usize, after);
         prop_assert_eq!(h.late_rows(), 0);
@@ -161,7 +161,7 @@ fn each_batch_emits_one_change_per_group_it_touched() {
         key: vec!["auction".into()],
         output: UpdatingOutput::Aggregates(aggregates()),
     };
-    let plan = UpdatingPlan::new(&spec, input.schema()).expect("plan");
+    let plan = UpdatingPlan::new(&spec, input.schema(), false).expect("plan");
     let mut h = Harness::new(
         StatefulPlan::Updating(plan),
         vec![vec!["auction".into()]],
@@ -211,4 +211,169 @@ proptest! {
         let columns = ["auction", "price", "bidder", "date_time", "rank"];
         prop_assert_eq!(applied(&h.output, &columns), text_rows(&expected, &columns));
     }
+}
+
+/// The aggregate per bid count of each auction's figures (an updating
+/// aggregate over another's changelog, Nexmark q4's shape).
+fn per_count_spec() -> UpdatingSpec {
+    let aggregates = [
+        "count(*) AS auctions",
+        "sum(top) AS total",
+        "avg(top) AS mean",
+    ]
+    .iter()
+    .map(|t| crate::topology::raw_parse_aggregate(t).expect("aggregate"))
+    .collect();
+    UpdatingSpec {
+        key: vec!["n".into()],
+        output: UpdatingOutput::Aggregates(aggregates),
+    }
+}
+
+/// Per auction: its bids and its highest price, as a changelog.
+fn per_auction_changelog(
+    input: &arrow::array::RecordBatch,
+    batch_rows: usize,
+) -> Vec<arrow::array::RecordBatch> {
+    let aggregates = ["count(*) AS n", "max(price) AS top"]
+        .iter()
+        .map(|t| crate::topology::raw_parse_aggregate(t).expect("aggregate"))
+        .collect();
+    let spec = UpdatingSpec {
+        key: vec!["auction".into()],
+        output: UpdatingOutput::Aggregates(aggregates),
+    };
+    let plan = UpdatingPlan::new(&spec, input.schema(), false).expect("plan");
+    let mut h = Harness::new(
+        StatefulPlan::Updating(plan),
+        vec![vec!["auction".into()]],
+        1,
+    );
+    drive(&mut h, input, batch_rows, 0, usize::MAX, 1);
+    h.output
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// An updating aggregate over a changelog takes its `-U`/`-D` rows back
+    /// out: the changelog it writes, applied, is the GROUP BY of the
+    /// table the input changelog leaves (in DataFusion, over the batch
+    /// input) — across a restart onto another parallelism — and a group
+    /// emptied by retractions is deleted (`-D`) and leaves the state.
+    #[test]
+    fn an_updating_aggregate_over_a_changelog_is_the_group_by_of_its_table(
+        seed in any::<u64>(),
+        rows in 1usize..400,
+        keys in 1i64..30,
+        upstream_rows in 1usize..50,
+        batch_rows in 1usize..60,
+        before in 1usize..4,
+        after in 1usize..4,
+        restart in 0.0f64..1.0,
+    ) {
+        let input = bids(seed, rows, keys, 7, 0);
+        let changes = per_auction_changelog(&input, upstream_rows);
+        let changelog = arrow::compute::concat_batches(&changes[0].schema(), &changes).expect("concat");
+        let plan = UpdatingPlan::new(&per_count_spec(), changelog.schema(), true).expect("plan");
+        let mut h = Harness::new(StatefulPlan::Updating(plan), vec![vec!["n".into()]], before);
+        // Fed a slice at a time, restarted onto `after` tasks midway (a
+        // changelog has no event time: no watermarks).
+        let restart_at = (changelog.num_rows() as f64 * restart) as usize;
+        let mut start = 0;
+        while start < changelog.num_rows() {
+            if start <= restart_at && restart_at < start + batch_rows {
+                h.restart(after);
+            }
+            let len = batch_rows.min(changelog.num_rows() - start);
+            h.feed(0, &changelog.slice(start, len));
+            start += len;
+        }
+        h.finish();
+        let expected = oracle(&[("bids", &input)],
+            "SELECT n, count(*) AS auctions, sum(top) AS total, avg(top) AS mean
+             FROM (SELECT auction, count(*) AS n, max(price) AS top FROM bids GROUP BY auction)
+             GROUP BY n");
+        let columns = ["n", "auctions", "total", "mean"];
+        prop_assert_eq!(applied(&h.output, &columns), text_rows(&expected, &columns));
+        prop_assert_eq!(h.state_held(), text_rows(&expected, &["n"]).len() as u64);
+        // Each group is inserted once per life and deleted at its end.
+        let ops = text_rows(&h.output, &["op"]);
+        let count = |kind: &str| ops.iter().filter(|o| *o == kind).count();
+        prop_assert_eq!(count("+I") - count("-D"), text_rows(&expected, &["n"]).len());
+    }
+}
+
+/// Over a changelog, aggregates that cannot give a value back are refused
+/// naming the aggregate; a change of an unknown kind stops the task
+/// naming it; a retraction of a group never held is ignored.
+#[test]
+fn an_updating_aggregate_over_a_changelog_refuses_what_it_cannot_retract() {
+    let input = bids(5, 50, 3, 7, 0);
+    let changes = per_auction_changelog(&input, 10);
+    let changelog = arrow::compute::concat_batches(&changes[0].schema(), &changes).expect("concat");
+    let top = crate::topology::raw_parse_aggregate("max(top) AS best").expect("aggregate");
+    let spec = UpdatingSpec {
+        key: vec!["n".into()],
+        output: UpdatingOutput::Aggregates(vec![top]),
+    };
+    let (setting, message) = UpdatingPlan::new(&spec, changelog.schema(), true).expect_err("max");
+    assert_eq!(setting, "aggregates");
+    assert!(
+        message.contains("`best` over a changelog") && message.contains("max"),
+        "{message}"
+    );
+    // The same input without `op` is no changelog.
+    let plain = changelog.project(&[0, 1, 2]).expect("project");
+    let (setting, message) =
+        UpdatingPlan::new(&per_count_spec(), plain.schema(), true).expect_err("op");
+    assert_eq!(setting, "input");
+    assert!(message.contains("no column `op`"), "{message}");
+
+    let plan = UpdatingPlan::new(&per_count_spec(), changelog.schema(), true).expect("plan");
+    let mut h = Harness::new(
+        StatefulPlan::Updating(plan.clone()),
+        vec![vec!["n".into()]],
+        1,
+    );
+    let op = changelog.schema().index_of("op").expect("op");
+    let with_ops = |ops: Vec<&str>| {
+        let rows = ops.len();
+        let mut columns: Vec<_> = changelog.slice(0, rows).columns().to_vec();
+        columns[op] = std::sync::Arc::new(arrow::array::StringArray::from(ops));
+        arrow::array::RecordBatch::try_new(changelog.schema(), columns).expect("batch")
+    };
+    // Retractions of nothing held: no change, no state.
+    h.feed(0, &with_ops(vec!["-U", "-D"]));
+    assert!(text_rows(&h.output, &["op"]).is_empty());
+    assert_eq!(h.state_held(), 0);
+    let error = h
+        .feed_unrouted(0, with_ops(vec!["+I", "~X"]))
+        .expect_err("an unknown kind")
+        .to_string();
+    assert!(error.contains("row 1") && error.contains("`~X`"), "{error}");
+}
+
+/// A group every member leaves is deleted: one auction's first bid puts it
+/// in the group of one bid, its second moves it to two, and the group of
+/// one, empty, is deleted with the figures it had.
+#[test]
+fn a_group_its_rows_all_leave_is_deleted() {
+    let input = bids(9, 2, 1, 7, 0);
+    let changes = per_auction_changelog(&input, 1);
+    let changelog = arrow::compute::concat_batches(&changes[0].schema(), &changes).expect("concat");
+    assert_eq!(
+        text_rows(std::slice::from_ref(&changelog), &["n", "op"]),
+        vec!["1|+I", "1|-U", "2|+U"]
+    );
+    let plan = UpdatingPlan::new(&per_count_spec(), changelog.schema(), true).expect("plan");
+    let mut h = Harness::new(StatefulPlan::Updating(plan), vec![vec!["n".into()]], 1);
+    for row in 0..changelog.num_rows() {
+        h.feed(0, &changelog.slice(row, 1));
+    }
+    assert_eq!(
+        text_rows(&h.output, &["n", "auctions", "op"]),
+        vec!["1|1|+I", "1|1|-D", "2|1|+I"]
+    );
+    assert_eq!(h.state_held(), 1);
 }
