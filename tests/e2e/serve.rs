@@ -537,6 +537,104 @@ fn several_watchers_tail_the_rows_leaving_a_stage_live() {
     );
 }
 
+/// The evens of a slow sequence, as SQL statements.
+fn evens_sql(name: &str, events: u32) -> String {
+    format!(
+        "SET 'name' = '{name}';
+SET 'checkpoint.interval' = '200ms';
+CREATE TABLE nums (seq BIGINT)
+  WITH ('connector' = 'generator', 'config.kind' = 'sequence', 'config.events' = {events},
+        'config.rate' = 4000);
+CREATE TABLE out WITH ('connector' = 'file-sink', 'allow_write' = 'out', 'config.path' = 'out',
+  'config.format' = 'jsonl');
+INSERT INTO out SELECT seq FROM nums WHERE seq % 2 = 0;
+"
+    )
+}
+
+#[test]
+fn a_sql_topology_is_hosted_like_a_toml_one() {
+    // `fvhost submit p.sql` sends the statements as SQL; the server keeps
+    // them as `topology.sql`, runs them, resumes them after a SIGKILL of
+    // the server (every row once), and reports mistakes at their line and
+    // column, leaving nothing behind.
+    let s = Scratch::new();
+    let server = Server::start(&s, None);
+    let url = format!("http://{}", server.addr);
+    s.write("p.sql", &evens_sql("evens_sql", 16_000));
+    let submitted = s.fvhost_env(&["submit", "p.sql"], &[("FVHOST_SERVER", url.as_str())]);
+    assert_exit(&submitted, 0);
+    assert!(
+        submitted.stdout.contains("\"RUNNING\""),
+        "{}",
+        submitted.stdout
+    );
+    assert!(
+        s.path()
+            .join("data/topologies/evens_sql/topology.sql")
+            .is_file()
+    );
+    server.wait_until(
+        || {
+            server.json("/topologies/evens_sql")["status"]["last_committed_epoch"]
+                .as_u64()
+                .is_some_and(|e| e >= 2)
+        },
+        "a few epochs committed",
+    );
+    drop(server); // SIGKILL: no final checkpoint.
+    let second = Server::start(&s, None);
+    assert_eq!(second.state("evens_sql"), "RUNNING", "resumed at start");
+    second.wait_until(|| second.state("evens_sql") == "STOPPED", "the run drains");
+    assert_eq!(
+        int_column(&output_of(&s, "evens_sql"), "seq"),
+        (0..16_000).step_by(2).collect::<Vec<i64>>()
+    );
+    // A mistake at its line and column; nothing left behind.
+    let bad = evens_sql("bad_sql", 10).replace("WHERE seq % 2 = 0", "WHERE nope = 0");
+    let (status, body) = second.request(
+        "POST",
+        "/topologies",
+        bad.as_bytes(),
+        "application/sql",
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("topology.sql:8:") && body.contains("nope"),
+        "{body}"
+    );
+    let json = serde_json::json!({ "sql": evens_sql("from_json_sql", 10) }).to_string();
+    let (status, body) = second.request(
+        "POST",
+        "/topologies",
+        json.as_bytes(),
+        "application/json",
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    let both = serde_json::json!({ "sql": "", "toml": "" }).to_string();
+    let (status, body) = second.request(
+        "POST",
+        "/topologies",
+        both.as_bytes(),
+        "application/json",
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    let mut names: Vec<String> = std::fs::read_dir(s.path().join("data/topologies"))
+        .expect("topologies dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["evens_sql", "from_json_sql"],
+        "nothing else left behind"
+    );
+}
+
 #[test]
 fn the_command_line_drives_a_server() {
     let s = Scratch::new();

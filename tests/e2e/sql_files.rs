@@ -370,15 +370,6 @@ fn flinks_date_format_split_index_and_regexp_extract_compute_what_flink_does() {
     }
 }
 
-#[test]
-fn a_sql_topology_is_refused_by_submit_with_the_way_to_run_it() {
-    let s = Scratch::new();
-    s.write("p.sql", SQL);
-    let run = s.fvhost(&["submit", "p.sql", "--server", "http://127.0.0.1:9"]);
-    assert!(run.code != 0, "{}", run.stderr);
-    assert!(run.stderr.contains("fvhost run p.sql"), "{}", run.stderr);
-}
-
 /// Nexmark q5 in SQL (a hopping-window count, then a top-1 per window) at
 /// 4,000 events per second of wall-clock time, checkpointing every 250 ms.
 const HOT_ITEMS: &str = "CREATE TABLE bid (auction BIGINT, date_time TIMESTAMP(3),

@@ -81,7 +81,8 @@ pub enum Command {
     /// Submit a topology to a `fvhost serve`: it is validated there exactly
     /// like `fvhost validate`, stored and started.
     Submit {
-        /// The topology file.
+        /// The topology file: TOML, or SQL statements if it ends in `.sql`
+        /// (its name from `SET 'name' = '…'`).
         topology: PathBuf,
         #[command(flatten)]
         server: server::ServerArgs,

@@ -68,19 +68,17 @@ pub fn print_answer(answer: fvhost::serve::client::Answer) -> ExitCode {
 
 /// `fvhost submit`.
 pub fn submit(topology: &Path, server: &ServerArgs) -> anyhow::Result<ExitCode> {
-    if fvhost::topology::is_sql(topology) {
-        anyhow::bail!(
-            "{} is a SQL topology: `fvhost serve` hosts TOML topologies for now; run it with `fvhost run {}`",
-            topology.display(),
-            topology.display()
-        );
-    }
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
+    // The server parses it as `fvhost run` would: by its language.
+    let content_type = match fvhost::topology::is_sql(topology) {
+        true => "application/sql",
+        false => "application/toml",
+    };
     Ok(print_answer(server.client()?.post(
         "/topologies",
         &text,
-        "application/toml",
+        content_type,
     )?))
 }
 

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::{self, Role, Tokens};
-use super::hosted::{ServeError, TopologySet};
+use super::hosted::{ServeError, TopologyLanguage, TopologySet};
 use super::{openapi, prometheus};
 
 /// Request bodies larger than this are refused (413).
@@ -201,10 +201,11 @@ async fn list(State(state): State<Arc<ApiState>>) -> ApiResult {
     Ok(axum::Json(views).into_response())
 }
 
-/// A submission: the TOML itself, or JSON `{"toml": "…"}`.
+/// A JSON submission: `{"toml": "…"}` or `{"sql": "…"}`.
 #[derive(Deserialize)]
 struct Submission {
-    toml: String,
+    toml: Option<String>,
+    sql: Option<String>,
 }
 
 async fn submit(
@@ -221,24 +222,26 @@ async fn submit(
         };
         ApiError::new(status, message)
     })?;
-    let json = headers
+    let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let text = if json {
-        serde_json::from_str::<Submission>(&body)
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("a JSON body must be {{\"toml\": \"…\"}}: {e}"),
-                )
-            })?
-            .toml
+        .unwrap_or_default();
+    let (text, language) = if content_type.starts_with("application/json") {
+        let usage = "a JSON body is {\"toml\": \"…\"} or {\"sql\": \"…\"}";
+        let submission = serde_json::from_str::<Submission>(&body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("{usage}: {e}")))?;
+        match (submission.toml, submission.sql) {
+            (Some(toml), None) => (toml, TopologyLanguage::Toml),
+            (None, Some(sql)) => (sql, TopologyLanguage::Sql),
+            _ => return Err(ApiError::new(StatusCode::BAD_REQUEST, usage.to_string())),
+        }
+    } else if content_type.starts_with("application/sql") {
+        (body, TopologyLanguage::Sql)
     } else {
-        body
+        (body, TopologyLanguage::Toml)
     };
     let set = Arc::clone(&state.set);
-    let view = blocking(move || set.submit(&text)).await?;
+    let view = blocking(move || set.submit(&text, language)).await?;
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }
 

@@ -235,7 +235,35 @@ fn valid_topology_name(name: &str) -> bool {
 }
 
 const DESIRED_FILE: &str = "desired";
-const TOPOLOGY_FILE: &str = "topology.toml";
+
+/// The language a topology is submitted in: TOML, or SQL statements (what
+/// `fvhost run pipeline.sql` takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyLanguage {
+    /// A TOML topology.
+    Toml,
+    /// A SQL topology (`CREATE TABLE`, `CREATE VIEW`, `INSERT INTO`, `SET`).
+    Sql,
+}
+
+impl TopologyLanguage {
+    /// The file a hosted topology is kept in: its extension tells the
+    /// parser the language, as for `fvhost run`.
+    fn file(self) -> &'static str {
+        match self {
+            TopologyLanguage::Toml => "topology.toml",
+            TopologyLanguage::Sql => "topology.sql",
+        }
+    }
+}
+
+/// The topology file of a hosted topology's directory, whichever language.
+fn topology_file(dir: &Path) -> Option<PathBuf> {
+    [TopologyLanguage::Toml, TopologyLanguage::Sql]
+        .iter()
+        .map(|l| dir.join(l.file()))
+        .find(|p| p.is_file())
+}
 
 impl TopologySet {
     /// The set over `data_dir` (created if missing); nothing runs yet.
@@ -319,17 +347,14 @@ impl TopologySet {
             let Some(name) = dir.file_name().map(|n| n.to_string_lossy().into_owned()) else {
                 continue;
             };
-            if !dir.join(TOPOLOGY_FILE).is_file() {
+            let Some(file) = topology_file(&dir) else {
                 continue;
-            }
+            };
             let desired = std::fs::read_to_string(dir.join(DESIRED_FILE)).unwrap_or_default();
             let ended = status::read(&dir.join("state"))
                 .ok()
                 .map(|r| (r.state, r.error));
-            let graph = self
-                .load(&dir.join(TOPOLOGY_FILE))
-                .map(|t| graph_of(&t))
-                .unwrap_or_default();
+            let graph = self.load(&file).map(|t| graph_of(&t)).unwrap_or_default();
             self.lock().insert(
                 name.clone(),
                 Hosted {
@@ -349,19 +374,32 @@ impl TopologySet {
         started
     }
 
-    /// Validate `text` exactly like `fvhost validate`, store it and start
-    /// it. Nothing is left behind when it does not validate.
-    pub fn submit(&self, text: &str) -> Result<TopologyView, ServeError> {
+    /// Validate `text` (in `language`) exactly like `fvhost validate`,
+    /// store it and start it. Nothing is left behind when it does not
+    /// validate.
+    pub fn submit(
+        &self,
+        text: &str,
+        language: TopologyLanguage,
+    ) -> Result<TopologyView, ServeError> {
         // Learn the name without the side effects of a full parse; text
-        // that is not TOML gets the parser's diagnostics (which stop at
+        // that does not read gets the parser's diagnostics (which stop at
         // the syntax, before any grant).
-        let name = match toml::from_str::<NameOnly>(text) {
-            Ok(n) => n.name.unwrap_or_else(|| "topology".into()),
-            Err(_) => {
-                Topology::parse(Path::new(TOPOLOGY_FILE), text).map_err(invalid)?;
-                return Err(ServeError::Invalid(vec![
-                    "the topology is not valid TOML".into(),
-                ]));
+        let name = match language {
+            TopologyLanguage::Toml => toml::from_str::<NameOnly>(text).map(|n| n.name).ok(),
+            TopologyLanguage::Sql => crate::topology::sql_topology_name(text),
+        };
+        let name = match name {
+            Some(name) => name.unwrap_or_else(|| "topology".into()),
+            None => {
+                Topology::parse(Path::new(language.file()), text).map_err(invalid)?;
+                return Err(ServeError::Invalid(vec![format!(
+                    "the topology is not valid {}",
+                    match language {
+                        TopologyLanguage::Toml => "TOML",
+                        TopologyLanguage::Sql => "SQL",
+                    }
+                )]));
             }
         };
         if !valid_topology_name(&name) {
@@ -375,7 +413,7 @@ impl TopologySet {
             let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
             if hosted.contains_key(&name)
                 || reserved.contains(&name)
-                || dir.join(TOPOLOGY_FILE).exists()
+                || topology_file(&dir).is_some()
             {
                 return Err(ServeError::Conflict(format!(
                     "a topology named `{name}` exists already (or is being submitted); stop and delete it first, or give this one another `name`"
@@ -398,7 +436,8 @@ impl TopologySet {
         // what it made, so nothing is left behind.
         let existed = dir.exists();
         let mut graph = Vec::new();
-        let planned = Topology::parse_confined(&dir.join(TOPOLOGY_FILE), text, &self.confinement)
+        let file = dir.join(language.file());
+        let planned = Topology::parse_confined(&file, text, &self.confinement)
             .map_err(invalid)
             .and_then(|mut t| {
                 graph = graph_of(&t);
@@ -420,7 +459,7 @@ impl TopologySet {
         };
         let io = |e: std::io::Error| ServeError::Io(format!("writing {}: {e}", dir.display()));
         std::fs::create_dir_all(dir.join("state")).map_err(io)?;
-        std::fs::write(dir.join(TOPOLOGY_FILE), text).map_err(io)?;
+        std::fs::write(&file, text).map_err(io)?;
         let mut hosted = self.lock();
         hosted.insert(
             name.clone(),
@@ -455,7 +494,8 @@ impl TopologySet {
             }
             entry.dir.clone()
         };
-        let path = dir.join(TOPOLOGY_FILE);
+        let path = topology_file(&dir)
+            .ok_or_else(|| ServeError::Io(format!("{} holds no topology file", dir.display())))?;
         let mut topology = self.load(&path).map_err(invalid)?;
         crate::registry::lock::resolve_with_defaults(&mut topology).map_err(invalid)?;
         let plan = runtime::plan(topology, &self.engine).map_err(invalid)?;
@@ -524,7 +564,8 @@ impl TopologySet {
         let result = if purge {
             std::fs::remove_dir_all(&dir)
         } else {
-            std::fs::remove_file(dir.join(TOPOLOGY_FILE))
+            topology_file(&dir)
+                .map_or(Ok(()), std::fs::remove_file)
                 .and_then(|_| std::fs::remove_file(dir.join(DESIRED_FILE)).or(Ok(())))
         };
         result.map_err(|e| ServeError::Io(format!("deleting {}: {e}", dir.display())))

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use hosted::{Quotas, ServeError, TopologySet, TopologyView};
+pub use hosted::{Quotas, ServeError, TopologyLanguage, TopologySet, TopologyView};
 
 use crate::plugin::PluginEngine;
 

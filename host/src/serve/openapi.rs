@@ -22,8 +22,9 @@ pub const DOCUMENT: &str = r##"{
           "required": true,
           "content": {
             "application/toml": { "schema": { "type": "string" } },
-            "text/plain": { "schema": { "type": "string" } },
-            "application/json": { "schema": { "type": "object", "required": ["toml"], "properties": { "toml": { "type": "string" } } } }
+            "application/sql": { "schema": { "type": "string", "description": "A SQL topology: the statements `fvhost run pipeline.sql` takes" } },
+            "text/plain": { "schema": { "type": "string", "description": "TOML" } },
+            "application/json": { "schema": { "type": "object", "description": "One of `toml` and `sql`", "properties": { "toml": { "type": "string" }, "sql": { "type": "string" } } } }
           }
         },
         "responses": {

@@ -605,6 +605,20 @@ pub fn is_sql(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("sql"))
 }
 
+/// The `name` a SQL topology gives itself (`SET 'name' = '…'`), read
+/// without parsing the topology (nothing is created); `None` if its
+/// statements do not translate (parse it for the diagnostics).
+pub fn sql_topology_name(text: &str) -> Option<Option<String>> {
+    let translation = sql_file::translate(text).ok()?;
+    let document: toml::Table = translation.toml.parse().ok()?;
+    Some(
+        document
+            .get("name")
+            .and_then(toml::Value::as_str)
+            .map(str::to_string),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
