@@ -270,7 +270,7 @@ fn the_nexmark_sql_examples_validate_and_write_the_rows_of_their_toml_twins() {
     let s = Scratch::new();
     copy_example(&s, "nexmark");
     for q in [
-        "q0", "q1", "q2", "q5", "q7", "q8", "q11", "q18", "q19", "q20",
+        "q0", "q1", "q2", "q5", "q7", "q8", "q11", "q13", "q18", "q19", "q20",
     ] {
         assert!(
             repo().join(format!("examples/nexmark/{q}.sql")).exists(),
@@ -278,11 +278,11 @@ fn the_nexmark_sql_examples_validate_and_write_the_rows_of_their_toml_twins() {
         );
         assert_exit(&s.fvhost(&["validate", &format!("{q}.sql")]), 0);
     }
-    // q2, q8 and q11 as the suite writes them, q5, q7, q18 and q19 in
+    // q2, q8, q11 and q13 as the suite writes them, q5, q7, q18 and q19 in
     // Flink's window top-N forms, each against the hand-written TOML
     // example on the same events (q11's TOML calls its bounds
     // window_start/window_end).
-    for q in ["q2", "q5", "q7", "q8", "q11", "q18", "q19"] {
+    for q in ["q2", "q5", "q7", "q8", "q11", "q13", "q18", "q19"] {
         let sql = std::fs::read_to_string(s.path().join(format!("{q}.sql"))).expect("example");
         let sql = sql_for_test(&sql);
         assert!(
@@ -338,12 +338,14 @@ fn flinks_date_format_split_index_and_regexp_extract_compute_what_flink_does() {
         "f.sql",
         "CREATE TABLE bid (auction BIGINT, url VARCHAR, date_time TIMESTAMP(3))
            WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 50);
-         CREATE TABLE out (auction BIGINT, d VARCHAR, hm VARCHAR, dir VARCHAR, none VARCHAR, id VARCHAR, nothing VARCHAR)
+         CREATE TABLE out (auction BIGINT, d VARCHAR, hm VARCHAR, dir VARCHAR, none VARCHAR, id VARCHAR, nothing VARCHAR,
+           y BIGINT, h BIGINT, mi BIGINT, dow BIGINT)
            WITH ('connector' = 'file-sink', 'allow_write' = 'out', 'config.path' = 'out', 'config.format' = 'jsonl');
          INSERT INTO out SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd'), DATE_FORMAT(date_time, 'HH:mm'),
            SPLIT_INDEX(url, '/', 2), SPLIT_INDEX(url, '/', 99),
            REGEXP_EXTRACT('a=1&channel_id=x7&b', '(&|^)channel_id=([^&]*)', 2),
-           REGEXP_EXTRACT(url, 'no such text', 0)
+           REGEXP_EXTRACT(url, 'no such text', 0),
+           YEAR(date_time), HOUR(date_time), MINUTE(date_time), DAYOFWEEK(date_time)
          FROM bid;",
     );
     assert_exit(&s.fvhost(&["run", "f.sql", "--no-progress"]), 0);
@@ -367,7 +369,31 @@ fn flinks_date_format_split_index_and_regexp_extract_compute_what_flink_does() {
         assert!(v.get("none").is_none_or(Value::is_null), "{row}");
         assert_eq!(text("id"), "x7", "{row}");
         assert!(v.get("nothing").is_none_or(Value::is_null), "{row}");
+        // YEAR, HOUR, MINUTE as the formatted text says; DAYOFWEEK from 1
+        // (Sunday), as Flink's, from the date's days since 1970-01-01 (a
+        // Thursday).
+        let number = |c: &str| v[c].as_i64().unwrap_or(-1);
+        assert_eq!(number("y"), d[..4].parse::<i64>().unwrap_or(0), "{row}");
+        assert_eq!(number("h"), hm[..2].parse::<i64>().unwrap_or(0), "{row}");
+        assert_eq!(number("mi"), hm[3..].parse::<i64>().unwrap_or(0), "{row}");
+        let [y, m, day] = [&d[..4], &d[5..7], &d[8..]].map(|p| p.parse::<i64>().unwrap_or(0));
+        assert_eq!(
+            number("dow"),
+            (days_from_civil(y, m, day) + 4).rem_euclid(7) + 1,
+            "{row}"
+        );
     }
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
+/// (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Nexmark q5 in SQL (a hopping-window count, then a top-1 per window) at
@@ -829,4 +855,70 @@ WHERE rownum <= 1;
     let (written, ops) = applied_changelog(&s.path().join("out/q4"));
     assert!(ops.iter().any(|o| o == "+U"), "a category's mean changes");
     assert_eq!(written, expected);
+}
+
+#[test]
+fn a_lookup_join_for_system_time_as_of_enriches_every_bid_a_table_here_matches() {
+    // Nexmark q13 as the suite writes it (a PROCTIME() column as the
+    // lookup's time, the key an expression of the stream), over a CSV side
+    // input that holds only the even keys: every bid whose key is there
+    // once, with its value; the others dropped (an inner join).
+    let s = Scratch::new();
+    let side: String = (0..10_000)
+        .step_by(2)
+        .map(|k| format!("{k},v{k}\n"))
+        .collect();
+    s.write("data/side.csv", &side);
+    s.write(
+        "q13.sql",
+        "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3)
+) WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 20000);
+CREATE TABLE side_input (`key` BIGINT, `value` VARCHAR
+) WITH ('connector' = 'file-source', 'allow_read' = 'data', 'config.path' = 'data/side.csv',
+  'config.format' = 'csv', 'config.header' = false,
+  'config.columns' = ARRAY['key:int64', 'value:utf8']);
+CREATE TABLE nexmark_q13 (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
+  `value` VARCHAR
+) WITH ('connector' = 'file-sink', 'allow_write' = 'out', 'config.path' = 'out/q13',
+  'config.format' = 'jsonl');
+INSERT INTO nexmark_q13
+SELECT B.auction, B.bidder, B.price, B.date_time, S.`value`
+FROM (SELECT *, PROCTIME() as p_time FROM bid) B
+JOIN side_input FOR SYSTEM_TIME AS OF B.p_time AS S
+ON mod(B.auction, 10000) = S.`key`;
+",
+    );
+    let explained = s.fvhost(&["explain", "q13.sql"]);
+    assert_exit(&explained, 0);
+    assert!(
+        explained.stdout.contains("lookup") && explained.stdout.contains("side_input"),
+        "{}",
+        explained.stdout
+    );
+    assert_exit(&s.fvhost(&["run", "q13.sql", "--no-progress"]), 0);
+    write_streams(&s, &["bid"], 20_000);
+    let mut expected: Vec<String> = Vec::new();
+    for line in s.output_lines("streams/bid") {
+        let b: Value = serde_json::from_str(&line).expect("a JSON line");
+        let key = b["auction"].as_i64().expect("auction") % 10_000;
+        if key % 2 == 0 {
+            expected.push(
+                serde_json::json!({
+                    "auction": b["auction"], "bidder": b["bidder"], "price": b["price"],
+                    "date_time": b["date_time"], "value": format!("v{key}"),
+                })
+                .to_string(),
+            );
+        }
+    }
+    expected.sort();
+    let written = normalized(&s.output_lines("out/q13"));
+    assert!(!expected.is_empty() && expected.len() < 20_000);
+    assert_eq!(written.len(), expected.len(), "rows written vs expected");
+    assert!(
+        written == expected,
+        "{:?}\nvs\n{:?}",
+        written.first(),
+        expected.first()
+    );
 }

@@ -405,7 +405,7 @@ ON mod(B.auction, 10000) = S.key"""],
     },
     {
         "id": "q14",
-        "note": 'fvhost stops at the first function DataFusion lacks (`HOUR`); `count_char` would be the next.',
+        "note": 'fvhost has no SQL function declaration: the suite\'s `count_char` is not there.',
         "title": "calculation (CASE, HOUR, a UDF)",
         "tables": ["bid"],
         # The suite's `CREATE FUNCTION count_char AS

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::plugin::{
     Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, ScanRequest,
@@ -182,16 +182,37 @@ struct Narrowing<'a> {
 
 /// When `node` reads a join stage, the join's two inputs as a query over
 /// it may name them (a window join's bounds lead the left side's columns,
-/// as they lead its rows).
+/// as they lead its rows); when it reads a lookup stage, the lookup's
+/// input and its table (the table's columns nullable for `kind = "left"`).
 fn joined_sides(
     topology: &Topology,
     node: &StageNode,
     schemas: &BTreeMap<String, SchemaRef>,
+    tables: &Tables,
 ) -> Option<JoinedSides> {
     let [only] = node.inputs.as_slice() else {
         return None;
     };
     let join = topology.stages.iter().find(|s| &s.name == only)?;
+    if let StageKind::Lookup(spec) = &join.kind {
+        let [input] = join.inputs.as_slice() else {
+            return None;
+        };
+        let table = tables.get(&spec.table)?.schema();
+        let fields: Vec<Field> = table
+            .fields()
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .clone()
+                    .with_nullable(f.is_nullable() || spec.keep_unmatched)
+            })
+            .collect();
+        return Some(JoinedSides {
+            left: (input.clone(), Arc::clone(schemas.get(input)?)),
+            right: (spec.table.clone(), Arc::new(Schema::new(fields))),
+        });
+    }
     let StageKind::Join(spec) = &join.kind else {
         return None;
     };
@@ -666,7 +687,7 @@ impl Planner<'_> {
             };
             let planned = match &node.kind {
                 StageKind::Sql(sql) => {
-                    let sides = joined_sides(topology, node, schemas);
+                    let sides = joined_sides(topology, node, schemas, tables);
                     self.sql_tasks(&key, node, sql, input, sides.as_ref())
                 }
                 StageKind::Window(_)

@@ -28,6 +28,7 @@ use datafusion::sql::sqlparser::ast::{
     Spanned, TableAlias, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
 };
 
+use super::preprocess::LookupClause;
 use super::query::{rename_items, resolved_name, strings, table_factor, window_function};
 use super::{SqlProblem, Translator, values};
 
@@ -35,6 +36,30 @@ use super::{SqlProblem, Translator, values};
 struct Side {
     node: String,
     qualifier: Ident,
+}
+
+/// `e = t.k` (or `t.k = e`) with `t.k` a column of the table (side 1) and
+/// `e` reading the stream (side 0) alone: (e, k).
+fn lookup_key(c: &Expr, sides: &[Side; 2]) -> Option<(Expr, String)> {
+    let Expr::BinaryOp {
+        left,
+        op: BinaryOperator::Eq,
+        right,
+    } = c
+    else {
+        return match c {
+            Expr::Nested(inner) => lookup_key(inner, sides),
+            _ => None,
+        };
+    };
+    for (stream, table) in [(left, right), (right, left)] {
+        if let Some((1, column)) = column_ref(table, sides)
+            && matches!(references(stream, sides), Reads::One(0))
+        {
+            return Some((stream.as_ref().clone(), column));
+        }
+    }
+    None
 }
 
 /// A column reference's parts as SQL resolves them (`x.k` → `["x", "k"]`).
@@ -114,6 +139,19 @@ impl Translator<'_> {
         };
         if super::query::is_grouped(&select) || select.having.is_some() {
             return self.group_over_join(select, name, rename, at);
+        }
+        // `JOIN t FOR SYSTEM_TIME AS OF s.time`: a lookup of a table.
+        if let Some(clause) = self.lookup_clause(&right) {
+            return self.plan_lookup(select, left, right, clause, on, name, rename, at);
+        }
+        if let Some(clause) = self.lookup_clause(&left) {
+            return Err(SqlProblem {
+                offset: Some(clause.offset),
+                message: format!(
+                    "the table a lookup join reads goes on its right: FROM stream AS s JOIN {} FOR SYSTEM_TIME AS OF s.time AS t ON s.k = t.k",
+                    clause.table
+                ),
+            });
         }
         let sides = [
             self.join_side(&left, name, "left", at)?,
@@ -273,6 +311,158 @@ impl Translator<'_> {
             rename_items(&mut result.projection, columns, at)?;
         }
         self.add_sql_stage(name, &join_name, &result, at)?;
+        Ok(name.to_string())
+    }
+
+    /// The lookup clause of `relation`, if it names a table looked up
+    /// `FOR SYSTEM_TIME AS OF`.
+    fn lookup_clause(&self, relation: &TableFactor) -> Option<LookupClause> {
+        let TableFactor::Table {
+            name, args: None, ..
+        } = relation
+        else {
+            return None;
+        };
+        let name = name.to_string();
+        let name = name.trim_matches('"');
+        self.lookups.iter().find(|l| l.table == name).cloned()
+    }
+
+    /// `FROM s JOIN t FOR SYSTEM_TIME AS OF s.time AS t ON s.k = t.k`: the
+    /// table is a `[tables.t]`, read completely before the run; each row
+    /// of `s` meets its rows whose keys are equal (a key of `s` may be an
+    /// expression: it is computed before the lookup). A condition on `s`
+    /// alone filters before the lookup, anything else after it, where the
+    /// select list reads the rows as `FROM s AS s, t AS t`. The time is
+    /// not read: the table does not change while the topology runs, so
+    /// every time sees the same rows (a `PROCTIME()` column the stream's
+    /// subquery adds for it is left out: `query::drop_lookup_times`).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_lookup(
+        &mut self,
+        select: Select,
+        stream: TableFactor,
+        table: TableFactor,
+        clause: LookupClause,
+        on: Option<Expr>,
+        name: &str,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        let TableFactor::Table {
+            alias: table_alias, ..
+        } = &table
+        else {
+            return Err(problem("a lookup join reads a table".into()));
+        };
+        if !self.tables.contains_key(&clause.table) {
+            return Err(SqlProblem {
+                offset: Some(clause.offset),
+                message: format!(
+                    "no table named `{}` to look up; declare it with CREATE TABLE {} (…) WITH ('connector' = …)",
+                    clause.table, clause.table
+                ),
+            });
+        }
+        self.uses
+            .entry(clause.table.clone())
+            .or_default()
+            .looked_up_at
+            .get_or_insert(clause.offset);
+        let qualifier = table_alias
+            .as_ref()
+            .map(|a| a.name.clone())
+            .unwrap_or_else(|| Ident::new(clause.table.clone()));
+        let stream = self.join_side(&stream, name, "left", at)?;
+        let sides = [
+            stream,
+            Side {
+                node: clause.table.clone(),
+                qualifier,
+            },
+        ];
+        let mut conjuncts = Vec::new();
+        for condition in on.iter().chain(select.selection.as_ref()) {
+            split_and(condition, &mut conjuncts);
+        }
+        // (stream expression, table column) pairs; filters on the stream;
+        // conditions after the lookup.
+        let mut keys: Vec<(Expr, String)> = Vec::new();
+        let mut pushed: Vec<Expr> = Vec::new();
+        let mut after: Vec<Expr> = Vec::new();
+        for c in conjuncts {
+            if let Some(key) = lookup_key(&c, &sides) {
+                keys.push(key);
+                continue;
+            }
+            match references(&c, &sides) {
+                Reads::One(0) => pushed.push(c),
+                _ => after.push(c),
+            }
+        }
+        if keys.is_empty() {
+            return Err(problem(format!(
+                "a lookup join needs an equality between the stream and a column of the table: ON {}.k = {}.k (the stream's side may be an expression)",
+                sides[0].qualifier, sides[1].qualifier
+            )));
+        }
+        // Before the lookup: the stream's rows, filtered, with each key that
+        // is not a column computed under a name.
+        let mut on_pairs = Vec::new();
+        let mut computed = Vec::new();
+        for (i, (stream_key, table_column)) in keys.into_iter().enumerate() {
+            match column_ref(&stream_key, &sides) {
+                Some((0, column)) => on_pairs.push(format!("{column} = {table_column}")),
+                _ => {
+                    let key = format!("fv_lookup_{i}");
+                    on_pairs.push(format!("{key} = {table_column}"));
+                    computed.push(SelectItem::ExprWithAlias {
+                        expr: stream_key,
+                        alias: Ident::with_quote('"', key),
+                    });
+                }
+            }
+        }
+        let mut input = sides[0].node.clone();
+        if !computed.is_empty() || !pushed.is_empty() {
+            let before = self.fresh_name(&format!("{name}_left"));
+            let mut rows = every_row(&select, &input, Some(alias(&sides[0].qualifier)), at)?;
+            rows.projection.extend(computed);
+            rows.selection = and_all(pushed);
+            self.add_sql_stage(&before, &input, &rows, at)?;
+            input = before;
+        }
+        let lookup_name = self.fresh_name(&format!("{name}_lookup"));
+        let mut lookup = toml::Table::new();
+        lookup.insert("table".into(), toml::Value::String(clause.table.clone()));
+        lookup.insert("on".into(), strings(on_pairs));
+        self.add_stage(
+            &lookup_name,
+            &input,
+            vec![("lookup", toml::Value::Table(lookup))],
+            at,
+        )?;
+        // The select list over the enriched rows, each side under its name.
+        let mut result = select;
+        result.from = vec![
+            TableWithJoins {
+                relation: table_factor(&input, Some(alias(&sides[0].qualifier)), at)?,
+                joins: vec![],
+            },
+            TableWithJoins {
+                relation: table_factor(&clause.table, Some(alias(&sides[1].qualifier)), at)?,
+                joins: vec![],
+            },
+        ];
+        result.selection = and_all(after);
+        if let Some(columns) = rename {
+            rename_items(&mut result.projection, columns, at)?;
+        }
+        self.add_sql_stage(name, &lookup_name, &result, at)?;
         Ok(name.to_string())
     }
 

@@ -76,6 +76,7 @@ pub(crate) fn translate(text: &str) -> Result<Translation, Vec<SqlProblem>> {
         translator.declare(statement);
     }
     translator.attach_watermarks(rewritten.watermarks);
+    translator.lookups = rewritten.lookups;
     translator.finish()
 }
 
@@ -133,7 +134,7 @@ impl<'a> Positions<'a> {
         // it is rather than which token it expected.
         if message.contains("SYSTEM_TIME") {
             message = format!(
-                "`FOR SYSTEM_TIME AS OF` (a lookup join) is not planned from SQL yet: in TOML, a SQL stage's `lookup = {{ table = … }}` over a `[tables.x]` (README, Topology reference) ({message})"
+                "`FOR SYSTEM_TIME AS OF` (a lookup join) follows the table it looks up: `FROM s JOIN t FOR SYSTEM_TIME AS OF s.time [AS t2] ON s.k = t2.k` ({message})"
             );
         }
         SqlProblem { offset, message }
@@ -172,6 +173,8 @@ struct TableDecl {
 struct TableUse {
     /// Read by a query (at this offset, for messages).
     read_at: Option<usize>,
+    /// Looked up by a join (`FOR SYSTEM_TIME AS OF`, at this offset).
+    looked_up_at: Option<usize>,
     /// Written by INSERTs: the nodes feeding it.
     inputs: Vec<String>,
     /// Where the first INSERT into it is.
@@ -200,6 +203,8 @@ struct Translator<'a> {
     /// Nodes whose rows carry a window's end, with the columns holding it
     /// (`window_end AS endtime`): a join on them is bounded by the window.
     window_ends: BTreeMap<String, BTreeSet<String>>,
+    /// The tables joined `FOR SYSTEM_TIME AS OF` (lookup joins).
+    lookups: Vec<preprocess::LookupClause>,
 }
 
 impl<'a> Translator<'a> {
@@ -218,6 +223,7 @@ impl<'a> Translator<'a> {
             names: BTreeSet::new(),
             windowed: BTreeMap::new(),
             window_ends: BTreeMap::new(),
+            lookups: Vec::new(),
         }
     }
 
@@ -441,6 +447,16 @@ impl<'a> Translator<'a> {
         for (name, table) in tables {
             let use_ = self.uses.remove(&name).unwrap_or_default();
             let at = self.positions.of_ident(&table.name);
+            if use_.looked_up_at.is_some() {
+                match (use_.read_at, use_.written_at) {
+                    (None, None) => self.write_table(&table, "tables", &[]),
+                    (read, written) => self.problem(
+                        read.or(written).or(at),
+                        format!("table `{name}` is looked up (FOR SYSTEM_TIME AS OF) and also read as a stream or written; a looked-up table is read once, before the run: declare another table over the same data for the other use"),
+                    ),
+                }
+                continue;
+            }
             match (use_.read_at, use_.written_at.is_none()) {
                 (Some(_), false) => self.problem(
                     use_.written_at.or(at),
@@ -550,7 +566,9 @@ impl<'a> Translator<'a> {
             });
         }
         if let Some(w) = &table.watermark {
-            if role == "sinks" {
+            if role == "tables" {
+                problems.push(SqlProblem { offset: Some(w.offset), message: format!("table `{name}` is looked up (FOR SYSTEM_TIME AS OF): it is read once, before the run, and has no event time; remove its WATERMARK") });
+            } else if role == "sinks" {
                 problems.push(SqlProblem { offset: Some(w.offset), message: format!("table `{name}` is written by INSERT; a WATERMARK belongs to a table that is read") });
             } else {
                 match values::watermark_delay(&w.column, &w.expression) {

@@ -26,10 +26,23 @@ pub(super) struct WatermarkClause {
     pub offset: usize,
 }
 
+/// `FOR SYSTEM_TIME AS OF time` after a table in a FROM: a lookup join's
+/// table, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LookupClause {
+    /// The table it follows.
+    pub table: String,
+    /// The time column (`B.p_time`), as written.
+    pub time: String,
+    /// Where `FOR` is.
+    pub offset: usize,
+}
+
 /// The text sqlparser can read, and what was taken out of it.
 pub(super) struct Rewritten {
     pub text: String,
     pub watermarks: Vec<WatermarkClause>,
+    pub lookups: Vec<LookupClause>,
 }
 
 /// Rewrite `text` (see the module doc).
@@ -57,6 +70,7 @@ pub(super) fn rewrite(text: &str, positions: &Positions) -> Result<Rewritten, Sq
     let start = |t: &TokenWithSpan| positions.offset(t.span.start);
     let end = |t: &TokenWithSpan| positions.offset(t.span.end);
     let mut watermarks = Vec::new();
+    let mut lookups = Vec::new();
     let mut table: Option<String> = None;
     let mut depth = 0usize;
     let mut i = 0;
@@ -151,6 +165,45 @@ pub(super) fn rewrite(text: &str, positions: &Positions) -> Result<Rewritten, Sq
             i = j;
             continue;
         }
+        // `table FOR SYSTEM_TIME AS OF x.time`: a lookup join's table.
+        if is_keyword(token, Keyword::FOR)
+            && next.is_some_and(|t| is_word(t, "SYSTEM_TIME"))
+            && let Some(table) = previous.and_then(word)
+        {
+            let clause_start = start(tokens[i]);
+            let as_of = tokens
+                .get(i + 2)
+                .is_some_and(|t| is_keyword(&t.token, Keyword::AS))
+                && tokens
+                    .get(i + 3)
+                    .is_some_and(|t| is_keyword(&t.token, Keyword::OF));
+            // The time: a column, qualified or not (`x.time`).
+            let mut j = i + 4;
+            let mut parts = Vec::new();
+            while let Some(part) = tokens.get(j).and_then(|t| word(&t.token)) {
+                parts.push(part.to_string());
+                match tokens.get(j + 1).map(|t| &t.token) {
+                    Some(Token::Period) => j += 2,
+                    _ => break,
+                }
+            }
+            let last = tokens.get(j).and_then(|t| end(t));
+            let (true, false, Some(from), Some(to)) = (as_of, parts.is_empty(), clause_start, last)
+            else {
+                return Err(SqlProblem {
+                    offset: clause_start,
+                    message: "write a lookup join as `JOIN table FOR SYSTEM_TIME AS OF s.time [AS t] ON s.k = t.k`, its time a column of the other side".into(),
+                });
+            };
+            lookups.push(LookupClause {
+                table: table.to_string(),
+                time: parts.join("."),
+                offset: from,
+            });
+            blank(from, to);
+            i = j + 1;
+            continue;
+        }
         // `fn(TABLE name, …)`: a table argument.
         if is_keyword(token, Keyword::TABLE)
             && matches!(previous, Some(Token::LParen | Token::Comma))
@@ -165,7 +218,11 @@ pub(super) fn rewrite(text: &str, positions: &Positions) -> Result<Rewritten, Sq
         offset: None,
         message: format!("rewriting the statements: {e}"),
     })?;
-    Ok(Rewritten { text, watermarks })
+    Ok(Rewritten {
+        text,
+        watermarks,
+        lookups,
+    })
 }
 
 fn is_keyword(token: &Token, keyword: Keyword) -> bool {
@@ -223,6 +280,25 @@ mod tests {
             "SELECT * FROM TABLE(HOP(      bid, DESCRIPTOR(t), INTERVAL '2' SECOND, INTERVAL '10' SECOND))"
         );
         assert!(r.watermarks.is_empty());
+    }
+
+    #[test]
+    fn a_lookup_clause_is_recorded_and_blanked_keeping_every_offset() {
+        let text = "SELECT * FROM b JOIN side FOR SYSTEM_TIME AS OF b.p_time AS s ON b.k = s.k";
+        let r = rewrite_text(text);
+        let clause = "FOR SYSTEM_TIME AS OF b.p_time";
+        assert_eq!(r.text, text.replace(clause, &" ".repeat(clause.len())));
+        assert_eq!(
+            r.lookups,
+            vec![LookupClause {
+                table: "side".into(),
+                time: "b.p_time".into(),
+                offset: text.find("FOR").unwrap_or(0),
+            }]
+        );
+        let bad = "SELECT * FROM b JOIN side FOR SYSTEM_TIME AS b.t ON b.k = side.k";
+        let e = rewrite(bad, &Positions::new(bad)).err();
+        assert_eq!(e.and_then(|e| e.offset), bad.find("FOR"));
     }
 
     #[test]

@@ -84,6 +84,15 @@ impl Translator<'_> {
     ) -> Result<String, SqlProblem> {
         let at = self.positions.offset(query.span().start);
         let mut query = query.clone();
+        let times: Vec<String> = self
+            .lookups
+            .iter()
+            .filter_map(|l| l.time.rsplit('.').next())
+            .map(str::to_lowercase)
+            .collect();
+        if !times.is_empty() {
+            drop_lookup_times(&mut query, &times);
+        }
         flink_functions(&mut query).map_err(|(offset, message)| SqlProblem {
             offset: offset.or(at),
             message,
@@ -1231,6 +1240,30 @@ fn flink_functions(query: &mut Query) -> Result<(), (Option<usize>, String)> {
                     Err(message) => return ControlFlow::Break((None, message)),
                 }
             }
+            // Flink's time-field functions, each a BIGINT as Flink's.
+            (
+                unit @ ("YEAR" | "QUARTER" | "MONTH" | "WEEK" | "DAYOFYEAR" | "DAYOFMONTH"
+                | "DAYOFWEEK" | "HOUR" | "MINUTE" | "SECOND"),
+                [time],
+            ) => {
+                let part = match unit {
+                    "DAYOFYEAR" => "doy",
+                    "DAYOFMONTH" => "day",
+                    "DAYOFWEEK" => "dow",
+                    other => other,
+                };
+                // Flink counts the days of a week from 1 (Sunday), as
+                // DataFusion does from 0.
+                let from_one = if unit == "DAYOFWEEK" { " + 1" } else { "" };
+                let text = format!(
+                    "CAST(date_part('{}', {time}) AS BIGINT){from_one}",
+                    part.to_ascii_lowercase()
+                );
+                match parse_expr(&text) {
+                    Ok(rewritten) => *e = Expr::Nested(Box::new(rewritten)),
+                    Err(message) => return ControlFlow::Break((None, message)),
+                }
+            }
             ("PROCTIME", _) => {
                 return ControlFlow::Break((
                     None,
@@ -1244,6 +1277,36 @@ fn flink_functions(query: &mut Query) -> Result<(), (Option<usize>, String)> {
     match flow {
         ControlFlow::Break(refusal) => Err(refusal),
         ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// Leave out of the subqueries in `query`'s FROM the `PROCTIME() AS t`
+/// columns whose `t` is the time of a lookup join (`FOR SYSTEM_TIME AS OF
+/// s.t`, Nexmark q13): fvhost reads no time there (a looked-up table is
+/// read once, before the run), and processing time is refused anywhere
+/// else.
+fn drop_lookup_times(query: &mut Query, times: &[String]) {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let relations = select.from.iter_mut().flat_map(|f| {
+        std::iter::once(&mut f.relation).chain(f.joins.iter_mut().map(|j| &mut j.relation))
+    });
+    for relation in relations {
+        let TableFactor::Derived { subquery, .. } = relation else {
+            continue;
+        };
+        if let SetExpr::Select(inner) = subquery.body.as_mut() {
+            inner.projection.retain(|item| {
+                !matches!(
+                    item,
+                    SelectItem::ExprWithAlias { expr: Expr::Function(f), alias }
+                        if f.name.to_string().eq_ignore_ascii_case("PROCTIME")
+                            && times.contains(&resolved_name(alias).to_lowercase())
+                )
+            });
+        }
+        drop_lookup_times(subquery, times);
     }
 }
 
