@@ -239,7 +239,7 @@ fn load_and_plan(
             }
         };
         eprintln!(
-            "note: {}: stage `{}` {what} without a window: it keeps {keeps} for as long as the topology runs, and its output is a changelog (column `op`: +I, -U, +U); work per window (TUMBLE, HOP, SESSION) if the keys do not end",
+            "note: {}: stage `{}` {what} without a window: it keeps {keeps} for as long as the topology runs, and its output is a changelog (column `op`: +I, -U, +U, -D); work per window (TUMBLE, HOP, SESSION) if the keys do not end",
             path.display(),
             stage.name
         );

@@ -39,6 +39,12 @@ pub struct Config {
     /// An Int32 column choosing each row's partition (a null falls back to
     /// the default partitioning).
     pub partition_column: Option<String>,
+    /// A changelog's kind column (`op`: `+I`, `-U`, `+U`, `-D`, as
+    /// updating stages write it): the topic becomes an upsert log by `key`
+    /// (which it needs) — `-U` rows are not written, `-D` rows are
+    /// tombstones (the key, a null payload) — and the column is left out
+    /// of the payload.
+    pub op_column: Option<String>,
     /// `exactly_once` (default: transactions committed with the epoch) or
     /// `at_least_once` (an idempotent producer flushed at each epoch).
     #[serde(default = "exactly_once")]

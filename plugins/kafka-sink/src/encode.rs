@@ -29,11 +29,42 @@ pub enum Payload {
     },
 }
 
+/// What a changelog row becomes in an upsert log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// `+I`, `+U`: the key's new value.
+    Upsert,
+    /// `-U`: nothing (its `+U` follows).
+    Skip,
+    /// `-D`: a tombstone.
+    Delete,
+}
+
+/// The kind of each row of a changelog's `op` column.
+fn changes(ops: &ArrayRef, name: &str) -> Result<Vec<Change>, String> {
+    let ops = ops
+        .as_string_opt::<i32>()
+        .ok_or_else(|| format!("column `{name}` is not Utf8"))?;
+    (0..ops.len())
+        .map(|row| match ops.is_valid(row).then(|| ops.value(row)) {
+            Some("+I" | "+U" | "insert" | "update_after") => Ok(Change::Upsert),
+            Some("-U" | "update_before") => Ok(Change::Skip),
+            Some("-D" | "delete") => Ok(Change::Delete),
+            other => Err(format!(
+                "row {row}: `{name}` = {} is not a change kind (+I, -U, +U, -D)",
+                other.map_or("null".to_string(), |o| format!("`{o}`"))
+            )),
+        })
+        .collect()
+}
+
 /// Turns batches into records for one topic.
 pub struct Encoder {
     topic: String,
     payload: Payload,
     key: Option<String>,
+    /// A changelog's kind column, left out of the payload.
+    op: Option<String>,
     partition_column: Option<String>,
     partitions: i32,
     task_index: u32,
@@ -48,6 +79,46 @@ impl Encoder {
         partitions: i32,
         task_index: u32,
     ) -> Result<Self, ConfigError> {
+        // A changelog: an upsert log by key, its kind column not a field.
+        let without_op;
+        let input = match &config.op_column {
+            None => input,
+            Some(op) => {
+                let data_type = column_type(input, op, "op_column")?;
+                if !matches!(data_type, DataType::Utf8) {
+                    return Err(ConfigError::at(
+                        "op_column",
+                        format!(
+                            "column `{op}` is {data_type}; a change kind is Utf8 (+I, -U, +U, -D)"
+                        ),
+                    ));
+                }
+                match &config.key {
+                    None => {
+                        return Err(ConfigError::at(
+                            "op_column",
+                            "a changelog is written as an upsert log by key (a tombstone deletes one): set `key`",
+                        ));
+                    }
+                    Some(key) if key == op => {
+                        return Err(ConfigError::at(
+                            "key",
+                            format!("`{op}` is the op_column; the key is another column"),
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                without_op = Schema::new(
+                    input
+                        .fields()
+                        .iter()
+                        .filter(|f| f.name() != op)
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+                &without_op
+            }
+        };
         let payload = match format {
             Format::Json => Payload::Json,
             Format::Avro => {
@@ -112,6 +183,7 @@ impl Encoder {
             topic: config.topic.clone(),
             payload,
             key: config.key.clone(),
+            op: config.op_column.clone(),
             partition_column: config.partition_column.clone(),
             partitions: partitions.max(1),
             task_index,
@@ -126,10 +198,23 @@ impl Encoder {
         }
     }
 
-    /// One record per row.
+    /// One record per row (of a changelog: per `+I`/`+U`, a tombstone per
+    /// `-D`, none for `-U`).
     pub fn encode(&self, batch: &RecordBatch) -> Result<Vec<Outgoing>, String> {
         let rows = batch.num_rows();
-        let payloads = self.payloads(batch)?;
+        let (payloads, kinds) = match &self.op {
+            None => (self.payloads(batch)?, None),
+            Some(op) => {
+                let i = batch
+                    .schema()
+                    .index_of(op)
+                    .map_err(|_| format!("no column `{op}` (op_column)"))?;
+                let kinds = changes(batch.column(i), op)?;
+                let mut fields = batch.clone();
+                fields.remove_column(i);
+                (self.payloads(&fields)?, Some(kinds))
+            }
+        };
         let keys = match &self.key {
             Some(name) => Some(key_bytes(column(batch, name)?)?),
             None => None,
@@ -145,6 +230,17 @@ impl Encoder {
         let mut out = Vec::with_capacity(rows);
         for (row, payload) in payloads.into_iter().enumerate().take(rows) {
             let key = keys.as_ref().and_then(|k| k.get(row).cloned().flatten());
+            let payload = match kinds.as_ref().map(|k| k[row]) {
+                None | Some(Change::Upsert) => payload,
+                Some(Change::Skip) => continue,
+                Some(Change::Delete) if key.is_none() => {
+                    return Err(format!(
+                        "row {row}: a delete (`{}`) without a key has nothing to delete",
+                        self.op.as_deref().unwrap_or_default()
+                    ));
+                }
+                Some(Change::Delete) => None,
+            };
             let partition = match chosen.filter(|c| c.is_valid(row)).map(|c| c.value(row)) {
                 Some(p) if (0..self.partitions).contains(&p) => p,
                 Some(p) => {
@@ -341,6 +437,74 @@ mod tests {
         let partitions: Vec<Option<i32>> = records.iter().map(|r| r.partition).collect();
         // Row 0: null partition, no key: the task's partition 6 % 16.
         assert_eq!(partitions, vec![Some(6), Some(1), Some(9)]);
+        Ok(())
+    }
+
+    /// A changelog becomes an upsert log by key: `-U` left out, `-D` a
+    /// tombstone, the op column out of the payload; without a key, with a
+    /// non-text op or an unknown kind, refused by name.
+    #[test]
+    fn a_changelog_is_an_upsert_log_by_key_with_tombstones() -> Result<(), String> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("n", DataType::Int64, false),
+            Field::new("op", DataType::Utf8, false),
+        ]));
+        let rows = |ops: Vec<&str>| {
+            let n = ops.len() as i64;
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(0..n)),
+                    Arc::new(Int64Array::from_iter_values((0..n).map(|i| i * 10))),
+                    Arc::new(StringArray::from(ops)),
+                ],
+            )
+            .map_err(|e| e.to_string())
+        };
+        let c = config(r#"{"brokers":"a:1","topic":"out","key":"id","op_column":"op"}"#)?;
+        let e = Encoder::new(&c, Format::Json, &schema, 4, 0).map_err(|e| e.to_string())?;
+        let records = e.encode(&rows(vec!["+I", "-U", "+U", "-D"])?)?;
+        let keys: Vec<Option<&[u8]>> = records.iter().map(|r| r.key.as_deref()).collect();
+        assert_eq!(keys, vec![Some(&b"0"[..]), Some(b"2"), Some(b"3")]);
+        assert_eq!(
+            records[0].payload.as_deref(),
+            Some(&br#"{"id":0,"n":0}"#[..])
+        );
+        assert_eq!(
+            records[1].payload.as_deref(),
+            Some(&br#"{"id":2,"n":20}"#[..])
+        );
+        assert_eq!(records[2].payload, None, "a tombstone");
+        let err = e.encode(&rows(vec!["+I", "~X"])?).err().unwrap_or_default();
+        assert!(err.contains("row 1") && err.contains("`~X`"), "{err}");
+        // Avro's derived schema leaves `op` out too.
+        let e = Encoder::new(&c, Format::Avro, &schema, 4, 0).map_err(|e| e.to_string())?;
+        let avro = e.avro_schema().unwrap_or_default();
+        assert!(avro.contains("\"n\"") && !avro.contains("\"op\""), "{avro}");
+        for (json, at) in [
+            (
+                r#"{"brokers":"a:1","topic":"out","op_column":"op"}"#,
+                "op_column",
+            ),
+            (
+                r#"{"brokers":"a:1","topic":"out","key":"op","op_column":"op"}"#,
+                "key",
+            ),
+            (
+                r#"{"brokers":"a:1","topic":"out","key":"id","op_column":"n"}"#,
+                "op_column",
+            ),
+            (
+                r#"{"brokers":"a:1","topic":"out","key":"id","op_column":"nope"}"#,
+                "op_column",
+            ),
+        ] {
+            let err = Encoder::new(&config(json)?, Format::Json, &schema, 1, 0)
+                .err()
+                .and_then(|e| e.key);
+            assert_eq!(err.as_deref(), Some(at), "{json}");
+        }
         Ok(())
     }
 

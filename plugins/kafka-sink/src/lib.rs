@@ -26,6 +26,7 @@
 //! # value_column = "payload"             # string / bytes: the column to send
 //! key = "bidder"                        # optional: the key column
 //! # partition_column = "p"               # optional Int32 column
+//! # op_column = "op"                      # a changelog: upserts by `key`, -D tombstones
 //! delivery = "exactly_once"             # or "at_least_once"
 //! transactional_id_prefix = "fvhost-auction-out"  # default fvhost-<topology>-<stage>
 //! transaction_pool = 4

@@ -180,6 +180,69 @@ impl Broker {
         out
     }
 
+    /// The table an upsert log leaves: per key, its last committed payload
+    /// (read `read_committed`, partitions in offset order); a tombstone (a
+    /// null payload) removes the key. Also how many tombstones were read.
+    pub fn read_upserts(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> (std::collections::BTreeMap<String, String>, usize) {
+        let consumer: BaseConsumer = self
+            .config()
+            .set("group.id", "fvhost-test-upserts")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        let mut ends = Vec::new();
+        for p in 0..partitions {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, TIMEOUT)
+                .expect("watermarks");
+            ends.push(high);
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&tpl).expect("assign");
+        let mut table = std::collections::BTreeMap::new();
+        let mut tombstones = 0;
+        let started = Instant::now();
+        // The high watermark counts transaction markers too: read until
+        // every partition's position reaches it.
+        let done = |c: &BaseConsumer| {
+            let positions = c.position().expect("position");
+            (0..partitions).all(|p| {
+                positions
+                    .find_partition(topic, p)
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .is_some_and(|o| o >= ends[p as usize])
+            })
+        };
+        while !done(&consumer) {
+            assert!(started.elapsed() < TIMEOUT * 3, "reading {topic} timed out");
+            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+                let m = m.expect("message");
+                let key =
+                    String::from_utf8_lossy(m.key().expect("every record has a key")).into_owned();
+                match m.payload() {
+                    Some(p) => {
+                        table.insert(key, String::from_utf8_lossy(p).into_owned());
+                    }
+                    None => {
+                        tombstones += 1;
+                        table.remove(&key);
+                    }
+                }
+            }
+        }
+        (table, tombstones)
+    }
+
     /// The offsets `group` committed for partitions 0..partitions of `topic`.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         let consumer: BaseConsumer = self

@@ -146,3 +146,74 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_changelog_becomes_an_upsert_log_whose_table_is_the_aggregate() {
+    // Per auction its bids, then per bid count its auctions: an aggregate
+    // over a changelog, whose groups empty as auctions move up (-D). The
+    // sink writes it as an upsert log by `n`: read back,
+    // the last record per key, tombstones removing keys, is the table
+    // computed here from the same bids.
+    let broker = Broker::start();
+    broker.create_topic("per_count", 3);
+    let s = Scratch::new();
+    let addr = broker.addr();
+    s.write(
+        "t.toml",
+        &format!(
+            r#"
+name = "upserts"
+[checkpoint]
+interval = "200ms"
+[sources.bids]
+plugin = "generator"
+config = {{ stream = "bid", events = 20000 }}
+[stages.per_auction]
+input = "bids"
+updating = true
+key = ["auction"]
+aggregates = ["count(*) AS n"]
+[stages.per_count]
+input = "per_auction"
+updating = true
+key = ["n"]
+aggregates = ["count(*) AS auctions"]
+[sinks.kafka]
+input = "per_count"
+plugin = "kafka-sink"
+allow_kafka = ["{addr}"]
+config = {{ brokers = "{addr}", topic = "per_count", key = "n", op_column = "op", delivery = "at_least_once" }}
+[sinks.bids_out]
+input = "bids"
+plugin = "file-sink"
+allow_write = ["bids"]
+config = {{ path = "bids", format = "jsonl" }}
+"#
+        ),
+    );
+    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let mut per_auction: std::collections::BTreeMap<i64, i64> = Default::default();
+    for line in s.output_lines("bids") {
+        let b: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        *per_auction
+            .entry(b["auction"].as_i64().expect("auction"))
+            .or_default() += 1;
+    }
+    let mut expected: std::collections::BTreeMap<String, String> = Default::default();
+    for n in per_auction.values() {
+        let auctions = expected
+            .entry(n.to_string())
+            .or_insert_with(|| "0".to_string());
+        *auctions = (auctions.parse::<i64>().unwrap_or(0) + 1).to_string();
+    }
+    let expected: std::collections::BTreeMap<String, String> = expected
+        .into_iter()
+        .map(|(n, auctions)| {
+            let row = format!(r#"{{"n":{n},"auctions":{auctions}}}"#);
+            (n, row)
+        })
+        .collect();
+    let (table, tombstones) = broker.read_upserts("per_count", 3);
+    assert!(tombstones > 0, "some bid count loses its last auction");
+    assert_eq!(table, expected);
+}
