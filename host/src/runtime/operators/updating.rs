@@ -277,7 +277,8 @@ impl Operator for UpdatingAggregate {
                 }
                 // A group whose figures did not change (a lower value for a
                 // `max`) emits nothing, as Flink's aggregate does.
-                (Some(before), false) if aggregates.same_figures(&before, &now) => {}
+                (Some(before), false)
+                    if aggregates.same_first_figures(&before, &now, self.plan.shown) => {}
                 (Some(before), false) => {
                     changes.push((key, Change::Before, before));
                     changes.push((key, Change::After, now));

@@ -352,6 +352,44 @@ fn an_updating_aggregate_over_a_changelog_refuses_what_it_cannot_retract() {
         .expect_err("an unknown kind")
         .to_string();
     assert!(error.contains("row 1") && error.contains("`~X`"), "{error}");
+    // A row whose value is null leaves `sum` as it was, though the
+    // group's hidden row count moves: no change is emitted for it.
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, false),
+        Field::new("top", DataType::Int64, true),
+        Field::new("op", DataType::Utf8, false),
+    ]));
+    let change = |top: Option<i64>, op: &str| {
+        arrow::array::RecordBatch::try_new(
+            std::sync::Arc::clone(&schema),
+            vec![
+                std::sync::Arc::new(Int64Array::from(vec![1])),
+                std::sync::Arc::new(Int64Array::from(vec![top])),
+                std::sync::Arc::new(StringArray::from(vec![op])),
+            ],
+        )
+        .expect("batch")
+    };
+    let total = crate::topology::raw_parse_aggregate("sum(top) AS total").expect("aggregate");
+    let spec = UpdatingSpec {
+        key: vec!["n".into()],
+        output: UpdatingOutput::Aggregates(vec![total]),
+    };
+    let plan = UpdatingPlan::new(&spec, std::sync::Arc::clone(&schema), true).expect("plan");
+    let mut h = Harness::new(StatefulPlan::Updating(plan), vec![vec!["n".into()]], 1);
+    h.feed(0, &change(Some(5), "+I"));
+    h.feed(0, &change(None, "+I"));
+    assert_eq!(text_rows(&h.output, &["total", "op"]), vec!["5|+I"]);
+    // Both rows gone: the group is deleted.
+    h.feed(0, &change(Some(5), "-U"));
+    h.feed(0, &change(None, "-D"));
+    assert_eq!(
+        text_rows(&h.output, &["total", "op"]),
+        vec!["5|+I", "5|-U", "null|+U", "null|-D"]
+    );
+    assert_eq!(h.state_held(), 0);
 }
 
 /// A group every member leaves is deleted: one auction's first bid puts it
