@@ -185,13 +185,10 @@ pub(super) fn check(mut t: Topology) -> Result<Topology, Diagnostics> {
 fn check_changelogs_feed_stateless_stages(t: &Topology, errors: &mut Vec<super::Diagnostic>) {
     walk_changelogs(t, |stage, input, origin| {
         errors.push(t.source_map.at_key(
-            &format!("stages.{stage}.input"),
+            &format!("stages.{}.input", stage.name),
             format!(
                 "`{input}` is a changelog (the `{origin}` stage aggregates without a window, so its rows update earlier ones: `op` = +I, -U, +U, -D), and a {} stage takes rows that only add; read it with SQL or plugin stages, an aggregate without a window (count, sum, avg) and sinks, or aggregate per window instead",
-                t.stages
-                    .iter()
-                    .find(|s| s.name == stage)
-                    .map_or("stateful", |s| s.kind.label())
+                stage.kind.label()
             ),
         ))
     });
@@ -208,7 +205,7 @@ pub fn changelogs(t: &Topology) -> BTreeSet<String> {
 /// changelog nodes, each with the updating stage it comes from.
 fn walk_changelogs(
     t: &Topology,
-    mut refused: impl FnMut(&str, &str, &str),
+    mut refused: impl FnMut(&super::StageNode, &str, &str),
 ) -> BTreeMap<String, String> {
     let mut changelogs: BTreeMap<String, String> = BTreeMap::new();
     for stage in &t.stages {
@@ -233,7 +230,7 @@ fn walk_changelogs(
             _ if aggregates => {
                 changelogs.insert(stage.name.clone(), stage.name.clone());
             }
-            _ => refused(&stage.name, &input, &origin),
+            _ => refused(stage, &input, &origin),
         }
     }
     changelogs

@@ -154,17 +154,7 @@ impl Broker {
             .set("enable.auto.commit", "false")
             .create()
             .expect("consumer");
-        let mut tpl = TopicPartitionList::new();
-        let mut ends = Vec::new();
-        for p in 0..partitions {
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p, TIMEOUT)
-                .expect("watermarks");
-            ends.push(high);
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .expect("partition");
-        }
-        consumer.assign(&tpl).expect("assign");
+        let ends = assign_from_beginning(&consumer, topic, partitions);
         let mut out = Vec::new();
         let mut next = vec![0i64; partitions as usize];
         let started = Instant::now();
@@ -195,17 +185,7 @@ impl Broker {
             .set("isolation.level", "read_committed")
             .create()
             .expect("consumer");
-        let mut tpl = TopicPartitionList::new();
-        let mut ends = Vec::new();
-        for p in 0..partitions {
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p, TIMEOUT)
-                .expect("watermarks");
-            ends.push(high);
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .expect("partition");
-        }
-        consumer.assign(&tpl).expect("assign");
+        let ends = assign_from_beginning(&consumer, topic, partitions);
         let mut table = std::collections::BTreeMap::new();
         let mut tombstones = 0;
         let started = Instant::now();
@@ -273,4 +253,21 @@ impl Drop for Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Assign `consumer` partitions 0..partitions of `topic` from their
+/// beginning; each one's high watermark, where reading it ends.
+fn assign_from_beginning(consumer: &BaseConsumer, topic: &str, partitions: i32) -> Vec<i64> {
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = Vec::new();
+    for p in 0..partitions {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p, TIMEOUT)
+            .expect("watermarks");
+        ends.push(high);
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    ends
 }

@@ -63,7 +63,7 @@ fn lookup_key(c: &Expr, sides: &[Side; 2]) -> Option<(Expr, String)> {
 }
 
 /// A column reference's parts as SQL resolves them (`x.k` → `["x", "k"]`).
-fn column_parts(e: &Expr) -> Option<Vec<String>> {
+pub(super) fn column_parts(e: &Expr) -> Option<Vec<String>> {
     match e {
         Expr::Identifier(id) => Some(vec![resolved_name(id)]),
         Expr::CompoundIdentifier(parts) => Some(parts.iter().map(resolved_name).collect()),
@@ -294,23 +294,42 @@ impl Translator<'_> {
             vec![("join", toml::Value::Table(join))],
             at,
         )?;
-        // The select list over the joined rows, each side under its name.
+        let read = [inputs[0].as_str(), inputs[1].as_str()];
+        self.select_over_sides(select, name, &join_name, read, &sides, after, rename, at)
+    }
+
+    /// The stage `name` after a join or lookup stage `stage`: the query's
+    /// select list over its rows, read as `FROM <read[0]> AS x, <read[1]>
+    /// AS y` (each side under its qualifier, as the runtime's joined sides
+    /// name them), with the conditions left for after it.
+    #[allow(clippy::too_many_arguments)]
+    fn select_over_sides(
+        &mut self,
+        select: Select,
+        name: &str,
+        stage: &str,
+        read: [&str; 2],
+        sides: &[Side; 2],
+        after: Vec<Expr>,
+        rename: Option<&[Ident]>,
+        at: Option<usize>,
+    ) -> Result<String, SqlProblem> {
         let mut result = select;
-        result.from = vec![
-            TableWithJoins {
-                relation: table_factor(&inputs[0], Some(alias(&sides[0].qualifier)), at)?,
-                joins: vec![],
-            },
-            TableWithJoins {
-                relation: table_factor(&inputs[1], Some(alias(&sides[1].qualifier)), at)?,
-                joins: vec![],
-            },
-        ];
+        result.from = read
+            .iter()
+            .zip(sides)
+            .map(|(node, side)| {
+                Ok(TableWithJoins {
+                    relation: table_factor(node, Some(alias(&side.qualifier)), at)?,
+                    joins: vec![],
+                })
+            })
+            .collect::<Result<_, SqlProblem>>()?;
         result.selection = and_all(after);
         if let Some(columns) = rename {
             rename_items(&mut result.projection, columns, at)?;
         }
-        self.add_sql_stage(name, &join_name, &result, at)?;
+        self.add_sql_stage(name, stage, &result, at)?;
         Ok(name.to_string())
     }
 
@@ -446,24 +465,8 @@ impl Translator<'_> {
             vec![("lookup", toml::Value::Table(lookup))],
             at,
         )?;
-        // The select list over the enriched rows, each side under its name.
-        let mut result = select;
-        result.from = vec![
-            TableWithJoins {
-                relation: table_factor(&input, Some(alias(&sides[0].qualifier)), at)?,
-                joins: vec![],
-            },
-            TableWithJoins {
-                relation: table_factor(&clause.table, Some(alias(&sides[1].qualifier)), at)?,
-                joins: vec![],
-            },
-        ];
-        result.selection = and_all(after);
-        if let Some(columns) = rename {
-            rename_items(&mut result.projection, columns, at)?;
-        }
-        self.add_sql_stage(name, &lookup_name, &result, at)?;
-        Ok(name.to_string())
+        let read = [input.as_str(), clause.table.as_str()];
+        self.select_over_sides(select, name, &lookup_name, read, &sides, after, rename, at)
     }
 
     /// `SELECT k, agg(v) FROM a x, b y WHERE … GROUP BY …`: the join

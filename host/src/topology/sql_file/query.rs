@@ -973,7 +973,7 @@ pub(super) fn is_grouped(select: &Select) -> bool {
 }
 
 /// A column of a GROUP BY or PARTITION BY (`k` or `t.k`).
-fn column_of(e: &Expr) -> Option<String> {
+pub(super) fn column_of(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(id) => Some(id.value.clone()),
         Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()),

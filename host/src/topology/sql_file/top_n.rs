@@ -23,9 +23,10 @@ use datafusion::sql::sqlparser::ast::{
     SetExpr, TableAlias, TableFactor, Value, WindowType,
 };
 
+use super::join::column_parts;
 use super::query::{
-    WindowCall, WindowShape, is_grouped, keep_changelog_op, rename_items, resolved_name, strings,
-    table_factor, window_and_keys, window_function,
+    WindowCall, WindowShape, column_of, is_grouped, keep_changelog_op, rename_items, resolved_name,
+    strings, table_factor, window_and_keys, window_function,
 };
 use super::{SqlProblem, Translator};
 
@@ -43,13 +44,7 @@ impl Ranking {
         self.order
             .iter()
             .map(|(e, descending)| {
-                let column = match e {
-                    Expr::Identifier(id) => id.value.clone(),
-                    Expr::CompoundIdentifier(parts) => {
-                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
-                    }
-                    other => other.to_string(),
-                };
+                let column = column_of(e).unwrap_or_else(|| e.to_string());
                 format!("{column}{}", if *descending { " DESC" } else { "" })
             })
             .collect()
@@ -378,17 +373,9 @@ fn ranking(select: &Select) -> Option<Result<Ranking, String>> {
 /// on: an item that is the column (its alias, or the column's own name),
 /// else a `*` or `x.*` that covers it; `None` if the list drops it.
 fn output_column(e: &Expr, items: &[SelectItem]) -> Option<String> {
-    let parts: Vec<String> = match e {
-        Expr::Identifier(id) => vec![resolved_name(id)],
-        Expr::CompoundIdentifier(parts) => parts.iter().map(resolved_name).collect(),
-        _ => return None,
-    };
+    let parts = column_parts(e)?;
     let column = parts.last()?.clone();
-    let is_it = |x: &Expr| match x {
-        Expr::Identifier(id) => parts.len() == 1 && resolved_name(id) == column,
-        Expr::CompoundIdentifier(xs) => xs.iter().map(resolved_name).eq(parts.iter().cloned()),
-        _ => false,
-    };
+    let is_it = |x: &Expr| column_parts(x).as_ref() == Some(&parts);
     let explicit = items.iter().find_map(|item| match item {
         SelectItem::UnnamedExpr(x) if is_it(x) => Some(column.clone()),
         SelectItem::ExprWithAlias { expr, alias } if is_it(expr) => Some(resolved_name(alias)),
