@@ -12,6 +12,12 @@
 //! so enabled with `RUSTC_BOOTSTRAP=1` on the same toolchain that builds)
 //! and compares each dependency unit by an identity that covers its
 //! dependencies too, exactly as cargo's own fingerprint does.
+//!
+//! The same graphs show each unit's opt-level: the crates the host runs
+//! only to plan (DataFusion's planner, sqlparser) are compiled at 1 to
+//! shorten the first build, and a second check keeps every crate a row
+//! passes through at 3, and every crate of `cargo bench` (whose baselines
+//! run DataFusion's own plans) at 3.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
@@ -31,8 +37,8 @@ struct Unit {
     deps: Vec<usize>,
 }
 
-/// Plan `args` with `--unit-graph` and return its units.
-fn unit_graph(args: &[&str]) -> Vec<Unit> {
+/// Plan `args` with `--unit-graph` (no compiling) and return cargo's JSON.
+fn graph_json(args: &[&str]) -> serde_json::Value {
     let scratch = tempfile::tempdir().expect("tempdir");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
@@ -48,7 +54,12 @@ fn unit_graph(args: &[&str]) -> Vec<Unit> {
         "cargo {args:?} --unit-graph failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let graph: serde_json::Value = serde_json::from_slice(&out.stdout).expect("unit graph JSON");
+    serde_json::from_slice(&out.stdout).expect("unit graph JSON")
+}
+
+/// Plan `args` with `--unit-graph` and return its units.
+fn unit_graph(args: &[&str]) -> Vec<Unit> {
+    let graph = graph_json(args);
     let units = graph["units"].as_array().expect("units");
     units
         .iter()
@@ -160,5 +171,122 @@ fn the_test_command_compiles_no_dependency_the_run_command_built_differently() {
         rebuilt.len(),
         causes.into_iter().collect::<Vec<_>>().join("\n  "),
         rebuilt
+    );
+}
+
+/// The packages every row of a topology passes through (Arrow's kernels,
+/// DataFusion's expression evaluation, the Wasm runtime, state, I/O).
+/// `[profile.release.package.*]` in Cargo.toml lowers the opt-level of
+/// crates the host runs only to plan or to compile a component; none of
+/// these may be among them.
+const ROW_PATH: &[&str] = &[
+    "arrow-arith",
+    "arrow-array",
+    "arrow-buffer",
+    "arrow-cast",
+    "arrow-csv",
+    "arrow-data",
+    "arrow-ipc",
+    "arrow-json",
+    "arrow-ord",
+    "arrow-row",
+    "arrow-select",
+    "arrow-string",
+    "parquet",
+    "datafusion-common",
+    "datafusion-expr-common",
+    "datafusion-functions",
+    "datafusion-functions-nested",
+    "datafusion-physical-expr",
+    "datafusion-physical-expr-common",
+    "wasmtime",
+    "wasmtime-wasi",
+    "wasmtime-wasi-io",
+    "wasmtime-wasi-http",
+    "tokio",
+    "fjall",
+    "lsm-tree",
+    "mimalloc",
+    "rdkafka",
+    "object_store",
+    "foldhash",
+    "crossbeam-channel",
+];
+
+/// `(package name, opt-level)` of each registry library unit of a graph.
+fn opt_levels(args: &[&str]) -> Vec<(String, String)> {
+    let graph = graph_json(args);
+    graph["units"]
+        .as_array()
+        .expect("units")
+        .iter()
+        .filter(|u| !u["pkg_id"].as_str().unwrap_or("path+").starts_with("path+"))
+        .filter(|u| u["mode"] == "build" && u["target"]["kind"] == serde_json::json!(["lib"]))
+        .map(|u| {
+            let id = u["pkg_id"].as_str().unwrap_or_default();
+            let name = id.rsplit('#').next().unwrap_or(id);
+            let name = name.split('@').next().unwrap_or(name).to_string();
+            (
+                name,
+                u["profile"]["opt_level"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rows_pass_only_through_fully_optimised_crates_and_the_benches_baselines_too() {
+    let run = opt_levels(&["build", "--release"]);
+    let lowered: BTreeSet<&str> = run
+        .iter()
+        .filter(|(_, level)| level == "1")
+        .map(|(name, _)| name.as_str())
+        .collect();
+    // The setting is in force (else this test would pass vacuously).
+    assert!(
+        lowered.contains("sqlparser") && lowered.contains("datafusion-optimizer"),
+        "the planning crates are not at opt-level 1 in the run graph: {lowered:?}"
+    );
+    // A crate also built for a build script or proc macro has a second
+    // unit at 0 (cargo's build-override): the one linked into the binary
+    // is the one at 3.
+    let slowed: Vec<&str> = ROW_PATH
+        .iter()
+        .copied()
+        .filter(|row_crate| {
+            let levels: Vec<&str> = run
+                .iter()
+                .filter(|(name, _)| name == row_crate)
+                .map(|(_, level)| level.as_str())
+                .collect();
+            !levels.is_empty()
+                && (!levels.contains(&"3") || levels.iter().any(|l| *l != "3" && *l != "0"))
+        })
+        .collect();
+    assert!(
+        slowed.is_empty(),
+        "crates on every row's path compiled below opt-level 3 by `cargo run --release`: {slowed:?}"
+    );
+    for row_crate in ["arrow-select", "datafusion-physical-expr", "wasmtime"] {
+        assert!(
+            run.iter().any(|(name, _)| name == row_crate),
+            "{row_crate} is not in the run graph: the check read the wrong graph"
+        );
+    }
+    // Libraries built for build scripts and proc macros are at 0 (cargo's
+    // build-override); every other library of the benches, their
+    // DataFusion baselines included, at 3.
+    let bench = opt_levels(&["bench", "--workspace", "--no-run"]);
+    let below: BTreeSet<String> = bench
+        .iter()
+        .filter(|(_, level)| level != "3" && level != "0")
+        .map(|(name, level)| format!("{name} at opt-level {level}"))
+        .collect();
+    assert!(
+        below.is_empty(),
+        "`cargo bench` would compile these below opt-level 3 (add them to [profile.bench.package.*]): {below:?}"
     );
 }
