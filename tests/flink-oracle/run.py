@@ -491,7 +491,8 @@ def flink_worker(job_path: str) -> None:
 
 def java_message(text: str) -> str:
     """The most telling line of a (Java) exception text."""
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    # Every JVM announces JAVA_TOOL_OPTIONS on stderr first: not a message.
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("Picked up JAVA_TOOL_OPTIONS")]
     caused = [l for l in lines if l.startswith("Caused by:")]
     # py4j: "An error occurred while calling o91.await.\n: java.util…Exception: …"
     thrown = [l.lstrip(": ") for l in lines if re.match(r"^:?\s*[\w.$]+(Exception|Error)\b", l)]
@@ -550,13 +551,21 @@ def run_query(q, fvhost, flink_py, data, work, timeout_s, keep_outputs=False):
            "checkpoints": str(qdir / "flink-checkpoints")}
     job_file = qdir / "flink-job.json"
     job_file.write_text(json.dumps(job, indent=1))
+    # The JVM's temporary files (Flink unpacks a 24 MB RPC jar there per
+    # job, and a job cut at its timeout never deletes it) go to a directory
+    # of the query's own, removed below, not to /tmp.
+    java_tmp = qdir / "java-tmp"
+    java_tmp.mkdir(exist_ok=True)
+    java_options = " ".join(filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), f"-Djava.io.tmpdir={java_tmp}"]))
     code, out, err, secs = run_proc(
         [str(flink_py), str(Path(__file__).resolve()), "--flink-worker", str(job_file)],
-        timeout_s + 60, cwd=qdir, env=dict(os.environ, FLINK_LOG_DIR=str(qdir / "flink-logs")),
+        timeout_s + 60, cwd=qdir,
+        env=dict(os.environ, FLINK_LOG_DIR=str(qdir / "flink-logs"), JAVA_TOOL_OPTIONS=java_options),
         log_path=qdir / "flink.log",
     )
     res["flink_secs"] = round(secs, 1)
     shutil.rmtree(qdir / "flink-checkpoints", ignore_errors=True)  # up to ~100 MB a query
+    shutil.rmtree(java_tmp, ignore_errors=True)
     m = re.search(r"^FLINK-RESULT (.*)$", out, re.M)
     if code is None:
         res["flink"] = "failed"
