@@ -15,6 +15,7 @@
 //! that the TOML layer and the planner report their findings at the line
 //! and column of the statement at fault.
 
+mod case;
 mod join;
 mod preprocess;
 mod query;
@@ -67,10 +68,11 @@ pub(crate) struct Translation {
 pub(crate) fn translate(text: &str) -> Result<Translation, Vec<SqlProblem>> {
     let positions = Positions::new(text);
     let rewritten = preprocess::rewrite(text, &positions).map_err(|p| vec![p])?;
-    let statements = Parser::new(&GenericDialect {})
+    let mut statements = Parser::new(&GenericDialect {})
         .try_with_sql(&rewritten.text)
         .and_then(|mut p| p.parse_statements())
         .map_err(|e| vec![positions.parser_problem(&e.to_string())])?;
+    case::keep_declared_case(&mut statements);
     let mut translator = Translator::new(&positions);
     for statement in statements {
         translator.declare(statement);

@@ -977,3 +977,41 @@ fn a_join_for_system_time_as_of_looks_a_table_up_with_its_keys_computed_before()
     ));
     assert!(problems[0].1.contains("needs an equality"), "{problems:?}");
 }
+
+/// Bids whose event time is declared in camelCase, as the Nexmark suite does.
+const MIXED_CASE_BIDS: &str = "CREATE TABLE bid (auction BIGINT, dateTime TIMESTAMP(3),
+  WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND
+) WITH ('connector' = 'generator', 'config.stream' = 'bid');
+";
+
+#[test]
+fn a_mixed_case_column_is_read_as_declared_whatever_the_case_a_query_writes() {
+    let t = toml_of(&format!(
+        "{MIXED_CASE_BIDS}CREATE TABLE out (auction BIGINT, bidTime TIMESTAMP(3)) WITH ('connector' = 'blackhole-sink');
+INSERT INTO out SELECT b.auction, DATETIME AS bidTime FROM bid AS b WHERE b.dateTime IS NOT NULL AND auction > 0;"
+    ));
+    assert_eq!(
+        t["sources"]["bid"]["watermark"]["column"].as_str(),
+        Some("dateTime")
+    );
+    assert_eq!(
+        t["stages"]["out_insert"]["sql"].as_str(),
+        Some(
+            r#"SELECT b.auction AS "auction", "dateTime" AS "bidTime" FROM "bid" AS b WHERE b."dateTime" IS NOT NULL AND auction > 0"#
+        ),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_window_over_a_mixed_case_time_column_keeps_its_case() {
+    let t = toml_of(&format!(
+        "{MIXED_CASE_BIDS}CREATE TABLE out WITH ('connector' = 'blackhole-sink');
+INSERT INTO out SELECT auction, count(*) AS bids, window_end FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) GROUP BY auction, window_start, window_end;"
+    ));
+    let stage = t["stages"]
+        .as_table()
+        .and_then(|s| s.values().find(|v| v.get("window").is_some()))
+        .unwrap_or_else(|| panic!("a window stage in {t}"));
+    assert_eq!(stage["window"]["time"].as_str(), Some("dateTime"), "{t}");
+}
