@@ -114,8 +114,14 @@ fn reference_of(events: u64) -> (Vec<String>, Vec<String>) {
 /// Start member `i` in `dir`: its own state directory, the shared epoch
 /// store, its log in `member-<i>.log`.
 fn start_member(dir: &Path, i: usize, start: usize) -> Child {
+    start_member_with(dir, i, start, &[])
+}
+
+/// [`start_member`] with more environment variables.
+fn start_member_with(dir: &Path, i: usize, start: usize, env: &[(&str, String)]) -> Child {
     let log = std::fs::File::create(dir.join(format!("member-{i}-{start}.log"))).expect("log");
     Command::new(env!("CARGO_BIN_EXE_fvhost"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .args([
             "run",
             "t.toml",
@@ -396,16 +402,30 @@ fn a_paused_coordinator_wakes_up_fenced_and_its_late_writes_are_dropped_on_tansu
 }
 
 fn paused_coordinator_is_fenced(broker: fn() -> GroupBroker) {
+    in_four_attempts(
+        broker,
+        paused_coordinator,
+        "no late write of the paused coordinator reached a reader of the next generation",
+    );
+}
+
+/// Run `attempt` (broker, attempt number, reference top and alerts) until
+/// it reports that its race went the way the scenario needs, up to four
+/// times (each must write what one plain process writes); `missed` says
+/// what an attempt that returns `false` missed.
+fn in_four_attempts(
+    broker: fn() -> GroupBroker,
+    attempt: fn(GroupBroker, u32, &[String], &[String]) -> bool,
+    missed: &str,
+) {
     let (top, alerts) = reference();
-    for attempt in 1..=4 {
-        if paused_coordinator(broker(), attempt, &top, &alerts) {
+    for n in 1..=4 {
+        if attempt(broker(), n, &top, &alerts) {
             return;
         }
-        eprintln!(
-            "attempt {attempt}: no late write reached a reader of the next generation; again"
-        );
+        eprintln!("attempt {n}: {missed}; again");
     }
-    panic!("in four attempts no late write of the paused coordinator was dropped by generation");
+    panic!("in four attempts: {missed}");
 }
 
 /// One attempt of the paused-coordinator scenario; whether a late write
@@ -447,6 +467,102 @@ fn paused_coordinator(
         "{its_log}"
     );
     dropped_other_generations(s.path(), 3) > 0
+}
+
+/// A coordinator stalled inside the commit point of its generation's
+/// first epoch (checked that it may commit, manifest not yet written)
+/// while the group goes on without it. The next generation's claim takes
+/// the slot it was about to write, so woken up it commits nothing: before,
+/// only a slot one past the newest manifest was fenced, and a generation
+/// that had committed nothing was not fenced at all, so its first epoch
+/// committed beside the new generation's replay of the same rows.
+#[test]
+fn a_coordinator_stalled_inside_its_first_commit_wakes_up_fenced_on_the_mock() {
+    stalled_inside_first_commit(GroupBroker::mock);
+}
+
+#[test]
+fn a_coordinator_stalled_inside_its_first_commit_wakes_up_fenced_on_tansu() {
+    stalled_inside_first_commit(GroupBroker::tansu);
+}
+
+fn stalled_inside_first_commit(broker: fn() -> GroupBroker) {
+    in_four_attempts(
+        broker,
+        stalled_attempt,
+        "generation 1 ended before its first commit",
+    );
+}
+
+/// One attempt: whether generation 1's coordinator stalled in its first
+/// commit (it does unless the group changed before that commit).
+fn stalled_attempt(broker: GroupBroker, attempt: u32, top: &[String], alerts: &[String]) -> bool {
+    let s = Scratch::new();
+    let name = format!("stalled{attempt}");
+    broker.prepare(&name);
+    s.write("t.toml", &broker.topology(&name, EVENTS, 12_000));
+    // Nothing to resume: generation 1's epochs start at 1 << 20, and its
+    // coordinator (whichever member that is) stops itself before writing
+    // that manifest.
+    let first_epoch = 1u64 << 20;
+    let pause = [("FVHOST_PAUSE_AT", format!("before-manifest:{first_epoch}"))];
+    let mut members: Vec<Child> = (0..2)
+        .map(|i| start_member_with(s.path(), i, 0, &pause))
+        .collect();
+    let paused_log = |i: usize| {
+        std::fs::read_to_string(s.path().join(format!("member-{i}-0.log"))).unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stalled = loop {
+        if let Some(i) = (0..2).find(|i| paused_log(*i).contains("FVHOST_PAUSE_AT: stopping")) {
+            break i;
+        }
+        if claims(s.path()).iter().any(|(g, _)| *g > 1) || Instant::now() > deadline {
+            for m in &mut members {
+                let _ = m.kill();
+                let _ = m.wait();
+            }
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The other member goes on alone once the group expires the stalled
+    // one, and commits: the stalled one's first epoch would now repeat
+    // rows the new generation already wrote.
+    let next = await_generation(s.path(), 1, 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.output_lines("out/alerts").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "generation {next} committed no alert within a minute\n{}",
+            logs(s.path())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&members[stalled], "-CONT");
+    wait_all(s.path(), &mut members, Duration::from_secs(240));
+    assert_eq!(
+        s.output_lines("out/alerts"),
+        alerts,
+        "the alerts equal one plain process's after generation 1's coordinator (member {stalled}) woke up inside its first commit"
+    );
+    assert_eq!(s.output_lines("out/top"), top);
+    let committed_by_the_stalled: Vec<String> = ["out/alerts", "out/top"]
+        .iter()
+        .flat_map(|d| s.files(d))
+        .filter(|f| !f.starts_with('.') && f.contains(&format!("{first_epoch:010}")))
+        .collect();
+    assert!(
+        committed_by_the_stalled.is_empty(),
+        "generation 1's first epoch committed after generation {next} took over: {committed_by_the_stalled:?}"
+    );
+    let its_log = paused_log(stalled);
+    assert!(
+        its_log.contains("FVHOST_PAUSE_AT: continued")
+            && its_log.contains("has fenced its manifest slot"),
+        "woken up, its manifest write was refused\n{its_log}"
+    );
+    true
 }
 
 #[test]

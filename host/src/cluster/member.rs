@@ -41,7 +41,7 @@ use super::exchange::{Exchanges, Offsets, TopicAdmin};
 use super::membership::{Assignment, Membership};
 use crate::epoch::{
     EpochError, EpochStore, FailedGeneration, Generation, JobRound, MemberReport, Proposal,
-    newest_restorable,
+    fence_older_generations,
 };
 use crate::runtime::status::MemberStatus;
 use crate::runtime::{MemberRun, Plan, RunControl, RunError, RunReport, Transport};
@@ -812,45 +812,35 @@ impl Round<'_> {
             changes,
             ..
         } = *self;
-        let next = Generation::newest(store)?.unwrap_or(0) + 1;
-        let resume = loop {
-            let Some(newest) = newest_restorable(store)? else {
-                break None;
-            };
-            // Every member of the previous generation stopped before it
-            // accepted: what lies past the newest epoch never committed.
-            store.discard_after(Some(newest.manifest.epoch))?;
-            // Win the next slot of the manifest chain before anything runs: a
-            // paused coordinator of an older generation then cannot commit.
-            match store.write(&newest.manifest.fence(next)) {
-                Ok(_) => break Some(newest.manifest.epoch + 1),
-                // It did, just now: resume from its epoch instead.
-                Err(EpochError::ManifestExists { epoch, .. }) => {
-                    tracing::info!(
-                        epoch,
-                        "an older generation committed epoch {epoch} while this round formed; resuming from it"
-                    );
-                }
-                Err(e) => return Err(e.into()),
+        loop {
+            let next = Generation::newest(store)?.unwrap_or(0) + 1;
+            // Every member of the previous generation that accepted this
+            // round stopped; one cut off from the group may still run.
+            let fenced = fence_older_generations(store, next, &job.topology, &job.digest)?;
+            let mut starts = Offsets::new();
+            for (topic, partitions) in &job.topics {
+                starts.insert(topic.clone(), admin.ends(topic, *partitions)?);
             }
-        };
-        let mut starts = Offsets::new();
-        for (topic, partitions) in &job.topics {
-            starts.insert(topic.clone(), admin.ends(topic, *partitions)?);
+            if group.changes() != changes {
+                return Ok(Agreement::Changed);
+            }
+            let round = JobRound {
+                round: proposal.id,
+                members: proposal.members.clone(),
+                resume: fenced.resume,
+                topology_digest: job.digest.clone(),
+                plugins_digest: job.plugins_digest.clone(),
+                starts,
+            };
+            match Generation::claim_round(store, next, &round)? {
+                Some(generation) => return Ok(Agreement::Run(generation, round)),
+                // Another round claimed `next` meanwhile (a coordinator that
+                // had not yet seen the group change): fence it too.
+                None => tracing::info!(
+                    "generation {next} was claimed by another round meanwhile; fencing it and claiming the next"
+                ),
+            }
         }
-        if group.changes() != changes {
-            return Ok(Agreement::Changed);
-        }
-        let round = JobRound {
-            round: proposal.id,
-            members: proposal.members.clone(),
-            resume,
-            topology_digest: job.digest.clone(),
-            plugins_digest: job.plugins_digest.clone(),
-            starts,
-        };
-        let generation = Generation::claim_round(store, &round)?;
-        Ok(Agreement::Run(generation, round))
     }
 }
 

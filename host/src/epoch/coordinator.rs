@@ -441,6 +441,7 @@ impl Coordinator {
             state,
             generation: self.config.generation,
             exchanges,
+            fence: false,
         };
         let state_bytes: u64 = manifest
             .state
@@ -452,7 +453,11 @@ impl Coordinator {
         super::fault_point("before-manifest", epoch).map_err(|e| not_committed(e.into()))?;
         // The commit point: from here on this epoch commits, now or at the
         // restart; no path may abort it.
-        let bytes = match self.control.seal(epoch, || self.store.write(&manifest)) {
+        let write = || {
+            super::fault::pause_point("before-manifest", epoch);
+            self.store.write(&manifest)
+        };
+        let bytes = match self.control.seal(epoch, write) {
             Ok(bytes) => bytes + state_bytes,
             Err(SealError::RunFailed) => return Ok(false),
             // Nothing of this run's was written: another run's manifest
@@ -461,6 +466,14 @@ impl Coordinator {
                 e @ (super::EpochError::ManifestExists { .. } | super::EpochError::Lease(_)),
             )) => {
                 self.control.resolve_doubt(epoch);
+                if self.config.generation.is_some()
+                    && matches!(e, super::EpochError::ManifestExists { .. })
+                {
+                    tracing::warn!(
+                        epoch,
+                        "epoch {epoch} did not commit: a newer generation of this job has fenced its manifest slot (this member was paused or cut off past its session timeout); that generation replays its rows"
+                    );
+                }
                 return Err(not_committed(e));
             }
             Err(SealError::Write(e)) => {

@@ -4,7 +4,11 @@
 //! - `FVHOST_CRASH_AT=<point>:<epoch>` makes the process die there (abort,
 //!   no cleanup, as `kill -9` would);
 //! - `FVHOST_FAIL_AT=<point>:<epoch>` makes the call there fail as a task
-//!   or plugin error would, so the run's failure handling runs.
+//!   or plugin error would, so the run's failure handling runs;
+//! - `FVHOST_PAUSE_AT=before-manifest:<epoch>` stops the process (SIGSTOP
+//!   to itself) inside the commit point, after the run's last check that
+//!   it may commit, as a machine stalled past its session would; the test
+//!   resumes it (SIGCONT) once the others moved on ([`pause_point`]).
 //!
 //! Points, in protocol order ([`POINTS`]): `source-poll` (the first poll
 //! of the epoch), `before-state` (a stage task is about to save its
@@ -69,6 +73,29 @@ fn parse(var: &str) -> Option<(String, u64)> {
 fn crash_target() -> Option<&'static (String, u64)> {
     static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
     TARGET.get_or_init(|| parse("FVHOST_CRASH_AT")).as_ref()
+}
+
+fn pause_target() -> Option<&'static (String, u64)> {
+    static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    TARGET.get_or_init(|| parse("FVHOST_PAUSE_AT")).as_ref()
+}
+
+/// Stop this process here until it is continued if `FVHOST_PAUSE_AT`
+/// names this point and epoch: a cluster member paused at the worst
+/// moment, for the tests of fencing.
+pub fn pause_point(point: &'static str, epoch: u64) {
+    if let Some((p, e)) = pause_target()
+        && p == point
+        && *e == epoch
+    {
+        eprintln!("FVHOST_PAUSE_AT: stopping at {point} of epoch {epoch}");
+        // SAFETY: raise only sends a signal to this process; SIGSTOP's
+        // default action suspends it until SIGCONT.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        eprintln!("FVHOST_PAUSE_AT: continued at {point} of epoch {epoch}");
+    }
 }
 
 fn fail_target() -> Option<&'static (String, u64)> {

@@ -68,7 +68,20 @@ pub struct JobRound {
     pub starts: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
+/// A job of several members numbers generation `g`'s epochs from
+/// `g << EPOCH_BITS` on (about a million epochs per generation), so that
+/// a paused member of an older generation that wakes up never prepares a
+/// sink epoch with the same number as one of a newer generation.
+pub const EPOCH_BITS: u32 = 20;
+
 impl Generation {
+    /// The lowest epoch generation `number` may write: its epochs are
+    /// numbered from here on, or from one past the epoch it resumed from
+    /// if that is higher.
+    pub fn first_epoch(number: u64) -> u64 {
+        number << EPOCH_BITS
+    }
+
     /// Claim the next generation in `store` for this process: one more
     /// than the newest claimed, created only if absent (of two members
     /// racing for a number, one gets it and the other the next).
@@ -76,10 +89,16 @@ impl Generation {
         Self::claim_with(store, None)
     }
 
-    /// Claim the next generation for `round`, recorded with it for the
-    /// other members to read ([`Self::read`]).
-    pub fn claim_round(store: &EpochStore, round: &JobRound) -> Result<Generation, EpochError> {
-        Self::claim_with(store, Some(round))
+    /// Claim generation `number` for `round`, recorded with it for the
+    /// other members to read ([`Self::read`]); `None` if another claim
+    /// took that number first (the round's fence covered the generation
+    /// before `number` only, so it must not run under a later one).
+    pub fn claim_round(
+        store: &EpochStore,
+        number: u64,
+        round: &JobRound,
+    ) -> Result<Option<Generation>, EpochError> {
+        Self::try_claim(store, number, Some(round))
     }
 
     /// The claim of generation `number`, if it exists: the generation and
@@ -103,33 +122,43 @@ impl Generation {
     }
 
     fn claim_with(store: &EpochStore, round: Option<&JobRound>) -> Result<Generation, EpochError> {
-        let member = format!(
-            "pid {} on {}",
-            std::process::id(),
-            super::lease::host_name()
-        );
         let mut number = Self::newest(store)?.map_or(1, |n| n + 1);
         loop {
-            let generation = Generation {
-                number,
-                nonce: super::placement::random_id(),
-            };
-            let claim = Claim {
-                generation,
-                member: member.clone(),
-                claimed_at: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0),
-                round: round.cloned(),
-            };
-            let bytes = serde_json::to_vec_pretty(&claim)
-                .map_err(|source| EpochError::Encode { epoch: 0, source })?;
-            if store.create_if_absent(&Self::key(number), bytes)?.is_some() {
+            if let Some(generation) = Self::try_claim(store, number, round)? {
                 return Ok(generation);
             }
             number += 1;
         }
+    }
+
+    /// Claim `number` if nobody has.
+    fn try_claim(
+        store: &EpochStore,
+        number: u64,
+        round: Option<&JobRound>,
+    ) -> Result<Option<Generation>, EpochError> {
+        let generation = Generation {
+            number,
+            nonce: super::placement::random_id(),
+        };
+        let claim = Claim {
+            generation,
+            member: format!(
+                "pid {} on {}",
+                std::process::id(),
+                super::lease::host_name()
+            ),
+            claimed_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            round: round.cloned(),
+        };
+        let bytes = serde_json::to_vec_pretty(&claim)
+            .map_err(|source| EpochError::Encode { epoch: 0, source })?;
+        Ok(store
+            .create_if_absent(&Self::key(number), bytes)?
+            .map(|_| generation))
     }
 
     /// The newest generation number claimed in `store`, if any.

@@ -65,6 +65,11 @@ pub struct Manifest {
     /// members only), and before which the topic's records may go.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub exchanges: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Written by a new generation of a job of several members to take
+    /// the slot an older generation would write next ([`Manifest::fence_at`]),
+    /// not by a checkpoint: no sink prepared anything for its epoch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
 }
 
 /// The state one stateful stage checkpointed in an epoch.
@@ -105,15 +110,17 @@ impl Manifest {
         commits
     }
 
-    /// The fence a new generation of `generation` writes after this
-    /// manifest: the same checkpoint as the next epoch, its sink handles
-    /// moved to the backlog (they belong to this epoch). Whoever creates
-    /// that slot first wins it, so a paused coordinator of an older
-    /// generation can no longer commit the epoch it was completing.
-    pub fn fence(&self, generation: u64) -> Manifest {
+    /// The fence generation `generation` writes at epoch `slot` (the slot
+    /// an older generation would fill next) to resume from this manifest:
+    /// the same checkpoint, its sink handles moved to the backlog (they
+    /// belong to this epoch). Whoever creates that slot first wins it, so
+    /// a paused coordinator of an older generation can no longer commit
+    /// the epoch it was completing.
+    pub fn fence_at(&self, slot: u64, generation: u64) -> Manifest {
         let mut fence = self.clone();
-        fence.epoch = self.epoch + 1;
+        fence.epoch = slot;
         fence.generation = Some(generation);
+        fence.fence = true;
         for (sink, tasks) in std::mem::take(&mut fence.sinks) {
             for (task, handle) in tasks {
                 fence
@@ -129,6 +136,27 @@ impl Manifest {
             }
         }
         fence
+    }
+
+    /// The fence generation `generation` writes at epoch `slot` when no
+    /// epoch can be resumed from: a checkpoint of nothing (every source
+    /// from its start, no state, no sink epoch to replay).
+    pub fn empty_fence(topology: &str, topology_digest: &str, slot: u64, generation: u64) -> Self {
+        Manifest {
+            format: 1,
+            topology: topology.to_string(),
+            epoch: slot,
+            topology_digest: topology_digest.to_string(),
+            plugins: BTreeMap::new(),
+            plugin_versions: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            sink_backlog: BTreeMap::new(),
+            state: BTreeMap::new(),
+            generation: Some(generation),
+            exchanges: BTreeMap::new(),
+            fence: true,
+        }
     }
 
     /// Where a reader of exchange `topic` partition `partition` resumes.
@@ -159,14 +187,35 @@ mod fence_tests {
         }))
         .expect("manifest");
         m.generation = Some(2);
-        let fence = m.fence(3);
-        assert_eq!((fence.epoch, fence.generation), (8, Some(3)));
+        let fence = m.fence_at(9, 3);
+        assert_eq!(
+            (fence.epoch, fence.generation, fence.fence, m.fence),
+            (9, Some(3), true, false)
+        );
         assert_eq!(
             fence.sink_commits("out", 0),
             m.sink_commits("out", 0),
             "the same commits replayed, each under its own epoch"
         );
         assert_eq!(fence.sink_handle("out", 0), None);
+        let text = serde_json::to_string(&m).expect("encode");
+        assert!(
+            !text.contains("fence"),
+            "a checkpoint says nothing of fences: {text}"
+        );
+        let read: Manifest =
+            serde_json::from_str(&serde_json::to_string(&fence).expect("encode")).expect("decode");
+        assert!(read.fence);
+    }
+
+    #[test]
+    fn an_empty_fence_resumes_from_the_start() {
+        let fence = Manifest::empty_fence("t", "d", 1 << 20, 2);
+        assert!(fence.fence);
+        assert_eq!((fence.epoch, fence.generation), (1 << 20, Some(2)));
+        assert!(fence.positions("bids").is_empty());
+        assert!(fence.sink_commits("out", 0).is_empty());
+        assert!(fence.state.is_empty());
     }
 }
 

@@ -15,6 +15,7 @@
 mod aws_profile;
 mod coordinator;
 mod fault;
+mod fence;
 mod generation;
 mod lease;
 mod lock;
@@ -25,6 +26,7 @@ mod store;
 
 pub use coordinator::{Ack, Coordinator, CoordinatorConfig, OnCommit, SinkCommand, SourceCommand};
 pub use fault::{InjectedFault, POINTS as FAULT_POINTS, fault_point};
+pub use fence::{Fenced, fence_older_generations};
 pub use generation::{Generation, JobRound};
 pub use lease::{EpochLease, LEASE_KEY, LeaseError};
 pub use lock::{LockError, StateLock};

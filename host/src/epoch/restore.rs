@@ -24,8 +24,17 @@ pub struct Restored {
 
 /// The newest epoch of `store` that can be resumed from, if any.
 pub fn newest_restorable(store: &EpochStore) -> Result<Option<Restored>, EpochError> {
+    newest_restorable_of(store, &store.epochs()?)
+}
+
+/// The newest of `epochs` (oldest first, as listed) that can be resumed
+/// from, if any.
+pub(crate) fn newest_restorable_of(
+    store: &EpochStore,
+    epochs: &[u64],
+) -> Result<Option<Restored>, EpochError> {
     let mut skipped = Vec::new();
-    for epoch in store.epochs()?.into_iter().rev() {
+    for &epoch in epochs.iter().rev() {
         match load(store, epoch)? {
             Ok((manifest, state)) => {
                 return Ok(Some(Restored {

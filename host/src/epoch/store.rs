@@ -574,7 +574,7 @@ impl EpochStore {
     }
 
     /// Delete every object under `prefix`, recursively.
-    fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
+    pub(super) fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
         if let Some(dir) = &self.local {
             // The directory itself: a put killed mid-write leaves its
             // temporary file there, which object listings do not show.
@@ -705,9 +705,19 @@ impl EpochStore {
     /// them for `None`): partial epochs of a crashed run, or epochs a
     /// restart could not use.
     pub fn discard_after(&self, epoch: Option<u64>) -> Result<(), EpochError> {
+        self.discard_after_but(epoch, None)
+    }
+
+    /// [`Self::discard_after`], but keep the manifest of `fence` (a fence
+    /// names state of the epoch it copies, never its own).
+    pub fn discard_after_but(
+        &self,
+        epoch: Option<u64>,
+        fence: Option<u64>,
+    ) -> Result<(), EpochError> {
         let newer = |e: u64| epoch.is_none_or(|k| e > k);
         for e in self.epochs()? {
-            if newer(e) {
+            if newer(e) && Some(e) != fence {
                 self.delete(&Self::manifest_key(e))?;
             }
         }
@@ -767,6 +777,7 @@ mod tests {
             )]),
             generation: None,
             exchanges: BTreeMap::new(),
+            fence: false,
         }
     }
 

@@ -36,10 +36,6 @@ use crate::state::{KeyHasher, SavedObject};
 use crate::topology::{Settings, Topology};
 use arrow::datatypes::SchemaRef;
 
-/// A job of several members numbers generation `g`'s epochs from
-/// `g << GENERATION_EPOCH_BITS` on (about a million epochs per generation).
-const GENERATION_EPOCH_BITS: u32 = 20;
-
 /// How often an idle task wakes up, and how long an idle source waits.
 const TICK: Duration = Duration::from_millis(50);
 const IDLE_BACKOFF: Duration = Duration::from_millis(10);
@@ -254,7 +250,7 @@ fn run_job(
         // epochs that never collide with this generation's.
         resume.first_epoch = resume
             .first_epoch
-            .max(m.generation.number << GENERATION_EPOCH_BITS);
+            .max(Generation::first_epoch(m.generation.number));
     }
     let metric = |name: &str| {
         metrics
@@ -1209,7 +1205,11 @@ fn restore(plan: &mut Plan, manifest: &Manifest, owned: &Owned) -> Result<TaskPo
                     ))
                 })?;
             }
-            task.abort(manifest.epoch + 1)
+            // What a crashed run prepared past the manifest never commits.
+            // A fence took the slot an older generation was completing:
+            // that generation's prepared epoch there is garbage too.
+            let first_uncommitted = manifest.epoch + u64::from(!manifest.fence);
+            task.abort(first_uncommitted)
                 .map_err(|e| fail(e.to_string()))?;
         }
     }
