@@ -477,20 +477,15 @@ fn an_unbounded_join_writes_every_pair_a_join_computed_here_finds() {
         "join without a time bound",
     );
     write_streams(&s, &["bid", "auction"], 20_000);
-    let parse = |lines: Vec<String>| -> Vec<Value> {
-        lines
-            .iter()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect()
-    };
-    let auctions: std::collections::HashMap<i64, Value> = parse(s.output_lines("streams/auction"))
-        .into_iter()
-        .filter(|a| a["category"] == 10)
-        .map(|a| (a["id"].as_i64().expect("id"), a))
-        .collect();
+    let auctions: std::collections::HashMap<i64, Value> =
+        json_rows(s.output_lines("streams/auction"))
+            .into_iter()
+            .filter(|a| a["category"] == 10)
+            .map(|a| (a["id"].as_i64().expect("id"), a))
+            .collect();
     assert!(!auctions.is_empty());
     let mut expected: Vec<String> = Vec::new();
-    for b in parse(s.output_lines("streams/bid")) {
+    for b in json_rows(s.output_lines("streams/bid")) {
         let Some(a) = b["auction"].as_i64().and_then(|id| auctions.get(&id)) else {
             continue;
         };
@@ -507,17 +502,7 @@ fn an_unbounded_join_writes_every_pair_a_join_computed_here_finds() {
     expected.sort();
     let written = normalized(&s.output_lines("out_sql"));
     assert!(!expected.is_empty(), "no bid meets a category-10 auction");
-    assert_eq!(
-        written.len(),
-        expected.len(),
-        "rows written vs rows expected"
-    );
-    assert!(
-        written == expected,
-        "{:?}\nvs\n{:?}",
-        written.first(),
-        expected.first()
-    );
+    assert_same_rows(&written, &expected);
 }
 
 #[test]
@@ -775,21 +760,16 @@ WHERE rownum <= 1;
         "aggregates without a window",
     );
     write_streams(&s, &["bid", "auction"], 20_000);
-    let parse = |lines: Vec<String>| -> Vec<Value> {
-        lines
-            .iter()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect()
-    };
-    let auctions: std::collections::HashMap<i64, Value> = parse(s.output_lines("streams/auction"))
-        .into_iter()
-        .map(|a| (a["id"].as_i64().expect("id"), a))
-        .collect();
+    let auctions: std::collections::HashMap<i64, Value> =
+        json_rows(s.output_lines("streams/auction"))
+            .into_iter()
+            .map(|a| (a["id"].as_i64().expect("id"), a))
+            .collect();
     // Per auction, its bids within its lifetime: the best (price, then the
     // earliest) and the highest price.
     let text = |v: &Value| v.as_str().expect("a time").to_string();
     let mut best: std::collections::BTreeMap<i64, Value> = Default::default();
-    for b in parse(s.output_lines("streams/bid")) {
+    for b in json_rows(s.output_lines("streams/bid")) {
         let Some(a) = b["auction"].as_i64().and_then(|id| auctions.get(&id)) else {
             continue;
         };
@@ -922,4 +902,123 @@ ON mod(B.auction, 10000) = S.`key`;
         written.first(),
         expected.first()
     );
+}
+
+/// Milliseconds since midnight of a generator's `date_time` as the file
+/// sink writes it (`2024-01-01T00:00:01.234`): the test's events span
+/// minutes of one day.
+fn millis_of_day(text: &str) -> i64 {
+    let time = text.split('T').nth(1).expect("a date and time");
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let parts: Vec<i64> = hms
+        .split(':')
+        .map(|p| p.parse().expect("a number"))
+        .collect();
+    let millis: i64 = format!("{fraction:0<3}")[..3].parse().expect("millis");
+    ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000 + millis
+}
+
+/// The row with its null columns left out (a sink may write a null or
+/// leave it out), re-serialised with sorted keys.
+fn without_nulls(v: Value) -> String {
+    let Value::Object(fields) = v else {
+        return v.to_string();
+    };
+    let kept: serde_json::Map<String, Value> =
+        fields.into_iter().filter(|(_, v)| !v.is_null()).collect();
+    Value::Object(kept).to_string()
+}
+
+#[test]
+fn a_left_join_bounded_in_time_writes_every_pair_and_each_auction_without_one_padded_with_nulls() {
+    // Auctions of category 10 and their bids within 2 s of the opening;
+    // an auction without one once, its bid columns null. Against the same
+    // join computed here from the two streams written by a plain topology.
+    let s = Scratch::new();
+    s.write(
+        "left.sql",
+        "CREATE TABLE auction (id BIGINT, category BIGINT, date_time TIMESTAMP(3),
+           WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
+         WITH ('connector' = 'generator', 'config.stream' = 'auction', 'config.events' = 20000);
+         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
+           WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
+         WITH ('connector' = 'generator', 'config.stream' = 'bid', 'config.events' = 20000);
+         CREATE TABLE out WITH ('connector' = 'file-sink', 'allow_write' = 'out',
+           'config.path' = 'out', 'config.format' = 'jsonl');
+         SET 'parallelism.default' = '2';
+         INSERT INTO out SELECT A.id, A.date_time AS opened, B.bidder, B.price
+         FROM auction AS A LEFT JOIN bid AS B
+           ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '2' SECOND
+         WHERE A.category = 10;",
+    );
+    explain_and_run(&s, "left.sql", "outer=left", "");
+    write_streams(&s, &["bid", "auction"], 20_000);
+    let mut bids: std::collections::HashMap<i64, Vec<Value>> = std::collections::HashMap::new();
+    for b in json_rows(s.output_lines("streams/bid")) {
+        bids.entry(b["auction"].as_i64().expect("auction"))
+            .or_default()
+            .push(b);
+    }
+    let (mut expected, mut lonely) = (Vec::new(), 0);
+    for a in json_rows(s.output_lines("streams/auction")) {
+        if a["category"] != 10 {
+            continue;
+        }
+        let opened = millis_of_day(a["date_time"].as_str().expect("time"));
+        let met: Vec<&Value> = bids
+            .get(&a["id"].as_i64().expect("id"))
+            .into_iter()
+            .flatten()
+            .filter(|b| {
+                let t = millis_of_day(b["date_time"].as_str().expect("time"));
+                (opened..=opened + 2000).contains(&t)
+            })
+            .collect();
+        if met.is_empty() {
+            lonely += 1;
+            expected.push(without_nulls(serde_json::json!({
+                "id": a["id"], "opened": a["date_time"], "bidder": null, "price": null,
+            })));
+        }
+        for b in met {
+            expected.push(without_nulls(serde_json::json!({
+                "id": a["id"], "opened": a["date_time"], "bidder": b["bidder"], "price": b["price"],
+            })));
+        }
+    }
+    expected.sort();
+    let mut written: Vec<String> = json_rows(s.output_lines("out"))
+        .into_iter()
+        .map(without_nulls)
+        .collect();
+    written.sort();
+    assert!(
+        lonely > 0 && lonely < expected.len(),
+        "both kinds of rows: {lonely} of {}",
+        expected.len()
+    );
+    assert_same_rows(&written, &expected);
+}
+
+/// `written` equals `expected` (both sorted), or the failure shows the
+/// counts and the first row that differs.
+fn assert_same_rows(written: &[String], expected: &[String]) {
+    assert_eq!(
+        written.len(),
+        expected.len(),
+        "rows written vs rows expected"
+    );
+    assert!(
+        written == expected,
+        "first difference (written, expected): {:?}",
+        written.iter().zip(expected).find(|(w, e)| w != e)
+    );
+}
+
+/// JSON lines as values.
+fn json_rows(lines: Vec<String>) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
 }

@@ -219,7 +219,21 @@ fn joined_sides(
     let [left, right] = join.inputs.as_slice() else {
         return None;
     };
-    let mut left_schema = Arc::clone(schemas.get(left)?);
+    // A side's columns are null in the rows an outer join keeps of the
+    // other side without a match.
+    let nullable = |schema: &SchemaRef, null: bool| -> SchemaRef {
+        match null {
+            false => Arc::clone(schema),
+            true => Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            )),
+        }
+    };
+    let mut left_schema = nullable(schemas.get(left)?, spec.outer.keeps(1));
     if matches!(spec.window, JoinWindow::Tumbling(_)) {
         let mut fields = window_bound_fields().to_vec();
         fields.extend(left_schema.fields().iter().map(|f| f.as_ref().clone()));
@@ -227,7 +241,10 @@ fn joined_sides(
     }
     Some(JoinedSides {
         left: (left.clone(), left_schema),
-        right: (right.clone(), Arc::clone(schemas.get(right)?)),
+        right: (
+            right.clone(),
+            nullable(schemas.get(right)?, spec.outer.keeps(0)),
+        ),
     })
 }
 

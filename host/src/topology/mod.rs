@@ -22,7 +22,9 @@ use std::time::Duration;
 pub use diagnostic::{Diagnostic, Diagnostics, SourceMap};
 pub use raw::Confinement;
 pub use sql_file::DeclaredColumn;
-pub use stateful::{JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec};
+pub use stateful::{
+    JoinOuter, JoinSpec, JoinWindow, LookupSpec, SessionSpec, SortKey, TableNode, TopNSpec,
+};
 pub use units::{
     format_size, parse_duration, parse_duration_or_zero, parse_signed_duration, parse_size,
 };
@@ -1071,6 +1073,9 @@ dedup = "last"
 [stages.j]
 input = ["people", "bids"]
 join = { on = ["id = bidder"], time = "date_time", between = ["-2s", "500ms"] }
+[stages.o]
+input = ["people", "bids"]
+join = { on = ["id = bidder"], time = "date_time", between = ["0s", "1s"], outer = "full" }
 [stages.w]
 input = ["people", "bids"]
 join = { on = "id = bidder", time = "date_time", window = "10s" }
@@ -1078,7 +1083,7 @@ join = { on = "id = bidder", time = "date_time", window = "10s" }
 input = "bids"
 lookup = { table = "cats", on = ["auction = id"], kind = "left" }
 [sinks.k]
-input = ["s", "top", "last", "j", "w", "l"]
+input = ["s", "top", "last", "j", "o", "w", "l"]
 plugin = "blackhole-sink"
 "#,
         )
@@ -1118,6 +1123,12 @@ plugin = "blackhole-sink"
             }
         );
         assert_eq!(j.key(1), vec!["bidder".to_string()]);
+        assert_eq!(j.outer, JoinOuter::Inner, "inner by default");
+        let StageKind::Join(o) = kind("o") else {
+            panic!("{:?}", kind("o"))
+        };
+        assert_eq!(o.outer, JoinOuter::Full);
+        assert!(o.outer.keeps(0) && o.outer.keeps(1));
         let StageKind::Join(w) = kind("w") else {
             panic!("{:?}", kind("w"))
         };
@@ -1169,14 +1180,26 @@ top_n = { n = 1, order_by = "price" }
 input = "bids"
 sql = "SELECT 1"
 top_n = { n = 1, order_by = "price" }
+[stages.j]
+input = ["bids", "bids"]
+join = { on = ["id = bidder"], time = "date_time", between = ["0s", "1s"], outer = "outside" }
+[stages.m]
+input = ["bids", "bids"]
+join = { on = ["id = bidder"], unbounded = true, outer = "left" }
+[stages.n]
+input = ["bids", "bids"]
+join = { on = ["id = bidder"], time = "date_time", window = "10s", outer = "right" }
 [sinks.k]
-input = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+input = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "n"]
 plugin = "blackhole-sink"
 "#,
         )
         .expect_err("invalid");
         let text = err.to_string();
         for expected in [
+            "`stages.j.join.outer`: `outside` is not a kind of join",
+            "`stages.m.join.outer`: an unbounded outer join's result updates",
+            "`stages.n.join.outer`: an outer window join is not supported",
             "`stages.b.join.on.0`: `id == bidder` is not an equality",
             "`stages.c.join.between`: the lower bound is above the upper bound",
             "`stages.d.dedup`: `newest` is not a dedup mode",

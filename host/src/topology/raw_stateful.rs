@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::raw::{Ctx, OneOrMany};
 use super::{
-    Aggregate, AggregateFn, CHANGELOG_OP, Diagnostic, JoinSpec, JoinWindow, LookupSpec,
+    Aggregate, AggregateFn, CHANGELOG_OP, Diagnostic, JoinOuter, JoinSpec, JoinWindow, LookupSpec,
     SessionSpec, SortKey, StageKind, TopNSpec, UpdatingOutput, UpdatingSpec, WindowSpec,
     parse_duration, parse_duration_or_zero, parse_signed_duration,
 };
@@ -53,6 +53,7 @@ pub(super) struct RawJoin {
     between: Option<Vec<String>>,
     unbounded: Option<bool>,
     allowed_lateness: Option<String>,
+    outer: Option<String>,
 }
 
 /// `lookup = { … }` on a stage.
@@ -586,13 +587,51 @@ impl Ctx<'_> {
                 return None;
             }
         };
+        let outer = self.join_outer(key, raw.outer.as_deref(), window, errors)?;
         Some(StageKind::Join(JoinSpec {
             on,
             right_time: raw.right_time.unwrap_or_else(|| left_time.clone()),
             left_time,
             window,
             allowed_lateness,
+            outer,
         }))
+    }
+
+    /// `join.outer`: which rows without a match are kept; only an interval
+    /// join has a moment when a row can no longer meet one.
+    fn join_outer(
+        &self,
+        key: &str,
+        raw: Option<&str>,
+        window: JoinWindow,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<JoinOuter> {
+        let at = format!("{key}.join.outer");
+        let outer = match raw {
+            None | Some("inner") => return Some(JoinOuter::Inner),
+            Some("left") => JoinOuter::Left,
+            Some("right") => JoinOuter::Right,
+            Some("full") => JoinOuter::Full,
+            Some(other) => {
+                errors.push(self.map.at_key(
+                    &at,
+                    format!("`{other}` is not a kind of join; use \"left\" (left rows without a match too, right columns null), \"right\", \"full\" or \"inner\" (the default)"),
+                ));
+                return None;
+            }
+        };
+        let refusal = match window {
+            JoinWindow::Interval { .. } => return Some(outer),
+            JoinWindow::Unbounded => {
+                "an unbounded outer join's result updates (a row without a match goes out, then is retracted when one arrives): bound it with `between`, or use a `lookup` stage with kind = \"left\" for a bounded table"
+            }
+            JoinWindow::Tumbling(_) => {
+                "an outer window join is not supported: bound the join with `between` (rows within an interval of each other), or window both inputs first and join on their `window_end` with `between = [\"0s\", \"0s\"]`"
+            }
+        };
+        errors.push(self.map.at_key(&at, refusal));
+        None
     }
 
     fn lookup(&self, key: &str, raw: RawLookup, errors: &mut Vec<Diagnostic>) -> Option<StageKind> {

@@ -108,9 +108,46 @@ pub enum JoinWindow {
     Unbounded,
 }
 
-/// `join = { on, time, window | between }` on a stage with two inputs
-/// (left = the first, right = the second): an inner equi-join bounded in
-/// event time, so that its state is freed as the watermark passes.
+/// Which rows of a join are kept without a match (`outer = …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinOuter {
+    /// Only pairs (an inner join).
+    #[default]
+    Inner,
+    /// Left rows without a match too, right columns null.
+    Left,
+    /// Right rows without a match too, left columns null.
+    Right,
+    /// Both.
+    Full,
+}
+
+impl JoinOuter {
+    /// Whether rows of input `side` (0 = left, 1 = right) without a match
+    /// are kept.
+    pub fn keeps(self, side: usize) -> bool {
+        matches!(
+            (self, side),
+            (JoinOuter::Left | JoinOuter::Full, 0) | (JoinOuter::Right | JoinOuter::Full, 1)
+        )
+    }
+
+    /// How the topology writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinOuter::Inner => "inner",
+            JoinOuter::Left => "left",
+            JoinOuter::Right => "right",
+            JoinOuter::Full => "full",
+        }
+    }
+}
+
+/// `join = { on, time, window | between, outer }` on a stage with two
+/// inputs (left = the first, right = the second): an equi-join bounded in
+/// event time, so that its state is freed as the watermark passes; inner,
+/// or outer on an interval (a row without a match goes out, the other
+/// side's columns null, once no row can match it any more).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSpec {
     /// `(left column, right column)` pairs that must be equal.
@@ -123,6 +160,8 @@ pub struct JoinSpec {
     pub window: JoinWindow,
     /// How long past its bound a row still joins.
     pub allowed_lateness: Duration,
+    /// Which rows without a match are kept.
+    pub outer: JoinOuter,
 }
 
 impl JoinSpec {
@@ -134,8 +173,13 @@ impl JoinSpec {
             JoinWindow::Interval { lower, upper } => format!("between=[{lower}us, {upper}us]"),
             JoinWindow::Unbounded => "unbounded".to_string(),
         };
+        let outer = match self.outer {
+            JoinOuter::Inner => String::new(),
+            // No state of an older version is an outer join's.
+            o => format!(" outer={}", o.name()),
+        };
         format!(
-            "join on=[{}] time={}/{} {window}",
+            "join on=[{}] time={}/{} {window}{outer}",
             on.join(", "),
             self.left_time,
             self.right_time

@@ -1,6 +1,6 @@
-//! Joins planned onto the native join stage: `FROM a [AS x] [INNER] JOIN b
-//! [AS y] ON …` or `FROM a x, b y WHERE …`, inner, with at least one
-//! equality between a column of each side.
+//! Joins planned onto the native join stage: `FROM a [AS x] [INNER|LEFT|
+//! RIGHT|FULL] JOIN b [AS y] ON …` or `FROM a x, b y WHERE …`, with at
+//! least one equality between a column of each side.
 //!
 //! The conditions of ON and WHERE are sorted, conjunct by conjunct:
 //!
@@ -17,7 +17,15 @@
 //!
 //! With no interval, the join is unbounded: every pair of rows with equal
 //! keys meets whatever their times, and both inputs are held for as long
-//! as the topology runs (Flink's regular join). The stage after the join
+//! as the topology runs (Flink's regular join).
+//!
+//! `LEFT`, `RIGHT` and `FULL [OUTER] JOIN … ON` plan an outer interval join
+//! (rows of the kept side that met none go out padded with nulls once the
+//! watermark passes their interval): there ON alone gives the keys and the
+//! interval, a condition in ON on the other side filters it before the
+//! join, and WHERE filters the joined rows; anything else in ON is refused.
+//! `LEFT JOIN t FOR SYSTEM_TIME AS OF …` is a lookup that keeps the
+//! stream's rows without a match. The stage after the join
 //! reads its rows as `FROM a AS x, b AS y`, so the select list keeps the
 //! query's qualifiers. This module never checks a column: the planner does.
 
@@ -31,6 +39,7 @@ use datafusion::sql::sqlparser::ast::{
 use super::preprocess::LookupClause;
 use super::query::{rename_items, resolved_name, strings, table_factor, window_function};
 use super::{SqlProblem, Translator, values};
+use crate::topology::JoinOuter;
 
 /// One side of a join: the node it reads and its qualifier in the query.
 struct Side {
@@ -84,6 +93,16 @@ struct TimeBound {
     condition: Expr,
 }
 
+/// A lookup join as the FROM clause wrote it.
+struct Lookup {
+    stream: TableFactor,
+    table: TableFactor,
+    clause: LookupClause,
+    on: Option<Expr>,
+    /// `LEFT JOIN`: stream rows without a match go on, table columns null.
+    keep_unmatched: bool,
+}
+
 impl Translator<'_> {
     /// Plan a SELECT whose FROM joins two relations; returns the node of
     /// its result.
@@ -98,27 +117,40 @@ impl Translator<'_> {
             offset: at,
             message,
         };
-        let (left, right, on) = match select.from.as_slice() {
-            [a, b] if a.joins.is_empty() && b.joins.is_empty() => {
-                (a.relation.clone(), b.relation.clone(), None)
-            }
+        let (left, right, on, outer) = match select.from.as_slice() {
+            [a, b] if a.joins.is_empty() && b.joins.is_empty() => (
+                a.relation.clone(),
+                b.relation.clone(),
+                None,
+                JoinOuter::Inner,
+            ),
             [a] if a.joins.len() == 1 => {
                 let join = &a.joins[0];
-                let on = match &join.join_operator {
+                let (on, outer) = match &join.join_operator {
                     JoinOperator::Join(JoinConstraint::On(e))
-                    | JoinOperator::Inner(JoinConstraint::On(e)) => Some(e.clone()),
+                    | JoinOperator::Inner(JoinConstraint::On(e)) => {
+                        (Some(e.clone()), JoinOuter::Inner)
+                    }
                     JoinOperator::Join(JoinConstraint::None)
-                    | JoinOperator::Inner(JoinConstraint::None) => None,
-                    JoinOperator::Left(_)
+                    | JoinOperator::Inner(JoinConstraint::None) => (None, JoinOuter::Inner),
+                    JoinOperator::Left(JoinConstraint::On(e))
+                    | JoinOperator::LeftOuter(JoinConstraint::On(e)) => {
+                        (Some(e.clone()), JoinOuter::Left)
+                    }
+                    JoinOperator::Right(JoinConstraint::On(e))
+                    | JoinOperator::RightOuter(JoinConstraint::On(e)) => {
+                        (Some(e.clone()), JoinOuter::Right)
+                    }
+                    JoinOperator::FullOuter(JoinConstraint::On(e)) => {
+                        (Some(e.clone()), JoinOuter::Full)
+                    }
+                    JoinOperator::Join(_)
+                    | JoinOperator::Inner(_)
+                    | JoinOperator::Left(_)
                     | JoinOperator::LeftOuter(_)
                     | JoinOperator::Right(_)
                     | JoinOperator::RightOuter(_)
                     | JoinOperator::FullOuter(_) => {
-                        return Err(problem(
-                            "an outer join is not planned from SQL: its result updates (a row without a match is emitted, then retracted when one arrives); write an inner JOIN, or a TOML `lookup` stage with kind = \"left\" for a bounded table".into(),
-                        ));
-                    }
-                    JoinOperator::Join(_) | JoinOperator::Inner(_) => {
                         return Err(problem(
                             "JOIN … USING / NATURAL JOIN: write the condition out, JOIN b ON a.k = b.k".into(),
                         ));
@@ -129,7 +161,7 @@ impl Translator<'_> {
                         ));
                     }
                 };
-                (a.relation.clone(), join.relation.clone(), on)
+                (a.relation.clone(), join.relation.clone(), on, outer)
             }
             _ => {
                 return Err(problem(
@@ -142,7 +174,23 @@ impl Translator<'_> {
         }
         // `JOIN t FOR SYSTEM_TIME AS OF s.time`: a lookup of a table.
         if let Some(clause) = self.lookup_clause(&right) {
-            return self.plan_lookup(select, left, right, clause, on, name, rename, at);
+            let keep_unmatched = match outer {
+                JoinOuter::Inner => false,
+                JoinOuter::Left => true,
+                JoinOuter::Right | JoinOuter::Full => {
+                    return Err(problem(
+                        "a lookup join keeps the stream's rows (LEFT JOIN) or only those with a match (JOIN); the table's own rows are never emitted".into(),
+                    ));
+                }
+            };
+            let lookup = Lookup {
+                stream: left,
+                table: right,
+                clause,
+                on,
+                keep_unmatched,
+            };
+            return self.plan_lookup(select, lookup, name, rename, at);
         }
         if let Some(clause) = self.lookup_clause(&left) {
             return Err(SqlProblem {
@@ -163,9 +211,19 @@ impl Translator<'_> {
                 sides[0].qualifier, sides[0].qualifier, sides[1].qualifier
             )));
         }
+        // An outer join's ON decides which rows meet, its WHERE filters
+        // the joined rows (those padded with nulls too): only an inner
+        // join's conditions may be taken from either.
         let mut conjuncts = Vec::new();
-        for condition in on.iter().chain(select.selection.as_ref()) {
+        let mut filters = Vec::new();
+        for condition in on.iter() {
             split_and(condition, &mut conjuncts);
+        }
+        if let Some(condition) = select.selection.as_ref() {
+            match outer {
+                JoinOuter::Inner => split_and(condition, &mut conjuncts),
+                _ => split_and(condition, &mut filters),
+            }
         }
         let mut keys: Vec<(String, String)> = Vec::new();
         let mut bounds: Vec<TimeBound> = Vec::new();
@@ -248,6 +306,10 @@ impl Translator<'_> {
                 after.push(b.condition);
             }
         }
+        if outer != JoinOuter::Inner {
+            self.check_outer_on(outer, &sides, interval.is_some(), &pushed, &after, at)?;
+            after.extend(filters);
+        }
         // Filters before the join, on the side they read.
         let mut inputs = Vec::new();
         for (i, side) in sides.iter().enumerate() {
@@ -288,6 +350,9 @@ impl Translator<'_> {
                 join.insert("unbounded".into(), toml::Value::Boolean(true));
             }
         }
+        if outer != JoinOuter::Inner {
+            join.insert("outer".into(), toml::Value::String(outer.name().into()));
+        }
         self.add_stage_of(
             &join_name,
             &inputs,
@@ -296,6 +361,54 @@ impl Translator<'_> {
         )?;
         let read = [inputs[0].as_str(), inputs[1].as_str()];
         self.select_over_sides(select, name, &join_name, read, &sides, after, rename, at)
+    }
+
+    /// Refuse what an outer join's ON says that the interval join cannot
+    /// do: no interval (its rows would wait for a match for ever), a
+    /// condition on the side it keeps (it would drop rows SQL keeps, padded
+    /// with nulls), or one over both sides beyond the keys and the interval
+    /// (it would be checked after the join, dropping rows instead of
+    /// padding them). Conditions on the other side filter it before the
+    /// join, which is what SQL means.
+    fn check_outer_on(
+        &self,
+        outer: JoinOuter,
+        sides: &[Side; 2],
+        interval: bool,
+        pushed: &[Vec<Expr>; 2],
+        after: &[Expr],
+        at: Option<usize>,
+    ) -> Result<(), SqlProblem> {
+        let kind = match outer {
+            JoinOuter::Left => "LEFT",
+            JoinOuter::Right => "RIGHT",
+            _ => "FULL",
+        };
+        let problem = |message: String| SqlProblem {
+            offset: at,
+            message,
+        };
+        if !interval {
+            return Err(problem(format!(
+                "a {kind} JOIN needs its ON to bound the two times both ways (ON a.k = b.k AND b.t BETWEEN a.t - INTERVAL '5' SECOND AND a.t + INTERVAL '5' SECOND): a row waits for a match only until the watermark passes that interval, then goes out padded with nulls; without one its result would update (a row emitted, then retracted when a match comes), which is not planned"
+            )));
+        }
+        for (i, side) in sides.iter().enumerate() {
+            if outer.keeps(i)
+                && let Some(condition) = pushed[i].first()
+            {
+                return Err(problem(format!(
+                    "`{condition}` in the ON of a {kind} JOIN reads only `{}`, whose rows the join keeps: it would decide which of them meet a row, not which go out; filter them in WHERE or in a view before the join",
+                    side.qualifier
+                )));
+            }
+        }
+        if let Some(condition) = after.first() {
+            return Err(problem(format!(
+                "`{condition}` in the ON of a {kind} JOIN reads both sides beyond the keys and the time interval: it cannot decide which rows meet; move it to WHERE (it then filters the joined rows, those padded with nulls too)"
+            )));
+        }
+        Ok(())
     }
 
     /// The stage `name` after a join or lookup stage `stage`: the query's
@@ -360,14 +473,18 @@ impl Translator<'_> {
     fn plan_lookup(
         &mut self,
         select: Select,
-        stream: TableFactor,
-        table: TableFactor,
-        clause: LookupClause,
-        on: Option<Expr>,
+        lookup: Lookup,
         name: &str,
         rename: Option<&[Ident]>,
         at: Option<usize>,
     ) -> Result<String, SqlProblem> {
+        let Lookup {
+            stream,
+            table,
+            clause,
+            on,
+            keep_unmatched,
+        } = lookup;
         let problem = |message: String| SqlProblem {
             offset: at,
             message,
@@ -404,9 +521,18 @@ impl Translator<'_> {
                 qualifier,
             },
         ];
+        // A LEFT JOIN's ON holds the keys only: its WHERE filters the
+        // joined rows (those padded with nulls too).
         let mut conjuncts = Vec::new();
-        for condition in on.iter().chain(select.selection.as_ref()) {
+        let mut filters = Vec::new();
+        for condition in on.iter() {
             split_and(condition, &mut conjuncts);
+        }
+        if let Some(condition) = select.selection.as_ref() {
+            match keep_unmatched {
+                false => split_and(condition, &mut conjuncts),
+                true => split_and(condition, &mut filters),
+            }
         }
         // (stream expression, table column) pairs; filters on the stream;
         // conditions after the lookup.
@@ -418,11 +544,17 @@ impl Translator<'_> {
                 keys.push(key);
                 continue;
             }
+            if keep_unmatched {
+                return Err(problem(format!(
+                    "`{c}` in the ON of a LEFT JOIN lookup is not an equality between the stream and a column of the table: only those decide which row matches; filter in WHERE (it then filters the joined rows, those padded with nulls too)"
+                )));
+            }
             match references(&c, &sides) {
                 Reads::One(0) => pushed.push(c),
                 _ => after.push(c),
             }
         }
+        after.extend(filters);
         if keys.is_empty() {
             return Err(problem(format!(
                 "a lookup join needs an equality between the stream and a column of the table: ON {}.k = {}.k (the stream's side may be an expression)",
@@ -459,6 +591,9 @@ impl Translator<'_> {
         let mut lookup = toml::Table::new();
         lookup.insert("table".into(), toml::Value::String(clause.table.clone()));
         lookup.insert("on".into(), strings(on_pairs));
+        if keep_unmatched {
+            lookup.insert("kind".into(), toml::Value::String("left".into()));
+        }
         self.add_stage(
             &lookup_name,
             &input,

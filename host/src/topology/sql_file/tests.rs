@@ -581,11 +581,114 @@ fn equal_window_ends_bound_a_join_of_two_windowed_groups() {
 }
 
 #[test]
+fn an_outer_join_bounded_in_time_is_an_outer_interval_join() {
+    // ON gives the keys, the interval and a filter of the side the join
+    // does not keep; WHERE filters the joined rows after it.
+    for (kind, outer, pushed) in [
+        ("LEFT", "left", "out_insert_right"),
+        ("LEFT OUTER", "left", "out_insert_right"),
+        ("RIGHT", "right", "out_insert_left"),
+        ("FULL OUTER", "full", ""),
+    ] {
+        let filter = match pushed {
+            "out_insert_right" => " AND P.state = 'OR'",
+            "out_insert_left" => " AND A.category = 10",
+            _ => "",
+        };
+        let t = toml_of(&format!(
+            "{AUCTIONS_AND_PERSONS}INSERT INTO out SELECT A.id, P.name FROM auction A {kind} JOIN person P
+               ON A.seller = P.id AND P.date_time BETWEEN A.date_time - INTERVAL '2' SECOND AND A.date_time{filter}
+               WHERE P.name IS NULL OR A.id > 5;"
+        ));
+        let stages = t["stages"].as_table().expect("stages");
+        let join = &stages["out_insert_join"]["join"];
+        assert_eq!(join["outer"].as_str(), Some(outer), "{kind}");
+        assert_eq!(
+            join["between"],
+            toml::Value::Array(vec!["-2000ms".into(), "0ms".into()]),
+            "{kind}"
+        );
+        let read = |filtered: &str, table: &str| match pushed == filtered {
+            true => filtered.to_string(),
+            false => table.to_string(),
+        };
+        assert_eq!(
+            stages["out_insert"]["sql"].as_str(),
+            Some(
+                format!(
+                    r#"SELECT A.id, P.name FROM "{}" AS A, "{}" AS P WHERE P.name IS NULL OR A.id > 5"#,
+                    read("out_insert_left", "auction"),
+                    read("out_insert_right", "person")
+                )
+                .as_str()
+            ),
+            "{kind}: WHERE filters the joined rows"
+        );
+        if !pushed.is_empty() {
+            assert!(
+                stages[pushed]["sql"]
+                    .as_str()
+                    .is_some_and(|q| q.contains(filter.trim_start_matches(" AND "))),
+                "{kind}: the other side is filtered before the join: {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_left_join_lookup_keeps_the_streams_rows_without_a_match() {
+    let t = toml_of(&format!(
+        "{BIDS}CREATE TABLE side_input (\"key\" BIGINT, \"value\" VARCHAR)
+           WITH ('connector' = 'file-source', 'allow_read' = 'data', 'config.path' = 'data/side.csv');
+         INSERT INTO out SELECT B.auction, S.value
+         FROM bid B LEFT JOIN side_input FOR SYSTEM_TIME AS OF B.date_time AS S
+         ON B.auction = S.key WHERE B.price > 10;"
+    ));
+    let lookup = &t["stages"]["out_insert_lookup"]["lookup"];
+    assert_eq!(lookup["kind"].as_str(), Some("left"), "{t}");
+    assert_eq!(
+        t["stages"]["out_insert"]["sql"].as_str(),
+        Some(r#"SELECT B.auction, S.value FROM "bid" AS B, "side_input" AS S WHERE B.price > 10"#),
+        "a LEFT JOIN's WHERE filters after the lookup"
+    );
+    let problems = problems_of(&format!(
+        "{BIDS}CREATE TABLE side (k BIGINT) WITH ('connector' = 'file-source');
+         INSERT INTO out SELECT b.auction FROM bid b LEFT JOIN side FOR SYSTEM_TIME AS OF b.date_time AS s ON b.auction = s.k AND b.price > 10;"
+    ));
+    assert!(
+        problems[0].1.contains("in the ON of a LEFT JOIN lookup"),
+        "{problems:?}"
+    );
+    let problems = problems_of(&format!(
+        "{BIDS}CREATE TABLE side (k BIGINT) WITH ('connector' = 'file-source');
+         INSERT INTO out SELECT b.auction FROM bid b RIGHT JOIN side FOR SYSTEM_TIME AS OF b.date_time AS s ON b.auction = s.k;"
+    ));
+    assert!(
+        problems[0]
+            .1
+            .contains("the table's own rows are never emitted"),
+        "{problems:?}"
+    );
+}
+
+#[test]
 fn joins_that_cannot_be_planned_are_refused_with_what_to_write() {
     let cases: &[(&str, &str)] = &[
         (
             "SELECT A.id FROM auction A LEFT JOIN person P ON A.seller = P.id",
-            "an outer join is not planned",
+            "a LEFT JOIN needs its ON to bound the two times both ways",
+        ),
+        (
+            "SELECT A.id FROM auction A LEFT JOIN person P ON A.seller = P.id AND A.category = 10 AND P.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '1' SECOND",
+            "reads only `A`, whose rows the join keeps",
+        ),
+        (
+            "SELECT A.id FROM auction A FULL JOIN person P ON A.seller = P.id AND P.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '1' SECOND AND P.name <> CAST(A.id AS VARCHAR)",
+            "reads both sides beyond the keys and the time interval",
+        ),
+        (
+            "SELECT A.id FROM auction A LEFT JOIN person P ON A.seller = P.id WHERE P.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '1' SECOND",
+            "a LEFT JOIN needs its ON to bound the two times both ways",
         ),
         (
             "SELECT A.id FROM auction A JOIN person P ON A.date_time < P.date_time",

@@ -10,6 +10,13 @@
 //! arrival order. Emitted rows carry times up to the interval behind the
 //! watermark, so the forwarded watermark is held back by it.
 //!
+//! An outer join keeps the rows of a side (left, right or both) that met
+//! none: each such row carries one more byte after its row-format bytes,
+//! set once it meets a row of the other side (so it is in every
+//! snapshot), and goes out with the other side's columns null when it
+//! expires unmatched — the moment no row that could meet it may still
+//! come, so the result only grows, as Flink's outer interval join.
+//!
 //! An unbounded join (`JoinWindow::Unbounded`) is this operator with an
 //! interval and a lateness that never end: every pair with equal keys
 //! meets, no row is late or expires, and the watermark it forwards stays at
@@ -21,7 +28,7 @@ use std::sync::Arc;
 use arrow::array::{Array, BinaryArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field};
 
-use super::{JoinPlan, JoinSide, SideRows, joined};
+use super::{JoinPlan, JoinSide, SideRows, joined, unmatched};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
@@ -97,6 +104,15 @@ impl ValueCodec for KeyRowsCodec {
     }
 }
 
+/// The last byte of a kept side's buffered row once it met a row of the
+/// other side (`0` before).
+const MET: u8 = 1;
+
+/// A kept side's row without its met flag.
+fn body(row: &[u8]) -> &[u8] {
+    &row[..row.len().saturating_sub(1)]
+}
+
 /// The operator of one interval-join task.
 pub struct IntervalJoin {
     plan: JoinPlan,
@@ -111,6 +127,9 @@ pub struct IntervalJoin {
     expiry: [BTreeSet<(i64, Box<[u8]>)>; 2],
     /// Rows buffered per side.
     rows: [u64; 2],
+    /// Per side: whether its rows without a match are kept (they carry a
+    /// met flag, [`MET`]).
+    keeps: [bool; 2],
     format: StateFormat,
     ctx: StateContext,
     gauge: StateGauge,
@@ -130,6 +149,12 @@ impl IntervalJoin {
                 return Err(ctx.error("an interval join needs `between`"));
             }
         };
+        if plan.outer() != crate::topology::JoinOuter::Inner && lateness == i64::MAX {
+            return Err(ctx.error(
+                "an unbounded join cannot be outer: no row ever stops waiting for a match",
+            ));
+        }
+        let keeps = [plan.outer().keeps(0), plan.outer().keeps(1)];
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;
         let mut expiry: [BTreeSet<(i64, Box<[u8]>)>; 2] = Default::default();
@@ -153,6 +178,7 @@ impl IntervalJoin {
             table,
             expiry,
             rows,
+            keeps,
             ctx,
             gauge: StateGauge::default(),
         })
@@ -163,8 +189,19 @@ impl IntervalJoin {
         self.ctx.snapshot(epoch, &self.table)
     }
 
-    /// Buffer `row` of `side` at time `t`.
-    fn hold(&mut self, side: usize, key: &[u8], t: i64, row: &[u8]) -> Result<(), TaskError> {
+    /// Buffer `row` of `side` at time `t` (with its met flag on a kept side).
+    fn hold(
+        &mut self,
+        side: usize,
+        key: &[u8],
+        t: i64,
+        row: &[u8],
+        met: bool,
+    ) -> Result<(), TaskError> {
+        let row: Box<[u8]> = match self.keeps[side] {
+            true => [row, &[u8::from(met)]].concat().into(),
+            false => row.into(),
+        };
         let held = self
             .table
             .get_or_insert_with(side as i64, key, KeyRows::new)
@@ -174,13 +211,15 @@ impl IntervalJoin {
         if held.is_empty() {
             self.expiry[side].insert((t, key.into()));
         }
-        held.push(row.into());
+        held.push(row);
         self.rows[side] += 1;
         Ok(())
     }
 
-    /// Drop the rows of `side` older than `horizon`.
-    fn expire(&mut self, side: usize, horizon: i64) -> Result<(), TaskError> {
+    /// Drop the rows of `side` older than `horizon`; on a kept side, those
+    /// that met no row go out, the other side's columns null.
+    fn expire(&mut self, side: usize, horizon: i64, out: &mut Emitter) -> Result<(), TaskError> {
+        let mut lonely: Vec<Box<[u8]>> = Vec::new();
         while let Some((t, _)) = self.expiry[side].first() {
             if *t >= horizon {
                 break;
@@ -193,6 +232,9 @@ impl IntervalJoin {
             if let Some(by_time) = held.map_err(|e| self.ctx.state_error(e))? {
                 if let Some(rows) = by_time.remove(&t) {
                     self.rows[side] -= rows.len() as u64;
+                    if self.keeps[side] {
+                        lonely.extend(rows.into_iter().filter(|r| r.last() != Some(&MET)));
+                    }
                 }
                 if by_time.is_empty() {
                     let removed = self.table.remove(scope, &key);
@@ -200,7 +242,47 @@ impl IntervalJoin {
                 }
             }
         }
+        for chunk in lonely.chunks(OUTPUT_BATCH) {
+            let rows: Vec<&[u8]> = chunk.iter().map(|r| body(r)).collect();
+            let batch = unmatched(&self.plan, &self.sides, side, &rows)
+                .map_err(self.ctx.arrow("building rows without a match"))?;
+            out.emit(batch)?;
+        }
         Ok(())
+    }
+
+    /// The rows of the other side than `side` that a row of `side` at `t`
+    /// with `key` meets (without met flags); on a kept other side, each is
+    /// flagged as met.
+    fn meet(&mut self, side: usize, key: &[u8], t: i64) -> Result<Vec<Box<[u8]>>, TaskError> {
+        let (from, to) = self.partners(side, t);
+        let other = 1 - side;
+        let scope = other as i64;
+        let found: Vec<Box<[u8]>> = match self.table.get(scope, key) {
+            Ok(Some(rows)) => rows
+                .range(from..=to)
+                .flat_map(|(_, v)| v)
+                .map(|r| match self.keeps[other] {
+                    true => body(r).into(),
+                    false => r.clone(),
+                })
+                .collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => return Err(self.ctx.state_error(e)),
+        };
+        if self.keeps[other] && !found.is_empty() {
+            // Flagged in place: the state table sees the key change, so
+            // the next snapshot has it.
+            let rows = self.table.get_mut(scope, key);
+            if let Some(rows) = rows.map_err(|e| self.ctx.state_error(e))? {
+                for row in rows.range_mut(from..=to).flat_map(|(_, v)| v.iter_mut()) {
+                    if let Some(flag) = row.last_mut() {
+                        *flag = MET;
+                    }
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// The oldest time a new row may have and still be joined.
@@ -246,18 +328,16 @@ impl Operator for IntervalJoin {
             }
             let key = keys.row(r).data();
             let row = rows.row(r).data();
-            let (from, to) = self.partners(side, t);
-            let other = self.table.get(1 - side as i64, key);
-            if let Some(other) = other.map_err(|e| self.ctx.state_error(e))? {
-                for partner in other.range(from..=to).flat_map(|(_, v)| v) {
-                    pairs.push(if side == 0 {
-                        (row.into(), partner.clone())
-                    } else {
-                        (partner.clone(), row.into())
-                    });
-                }
+            let partners = self.meet(side, key, t)?;
+            let met = !partners.is_empty();
+            for partner in partners {
+                pairs.push(if side == 0 {
+                    (row.into(), partner)
+                } else {
+                    (partner, row.into())
+                });
             }
-            self.hold(side, key, t, row)?;
+            self.hold(side, key, t, row, met)?;
         }
         for chunk in pairs.chunks(OUTPUT_BATCH) {
             let refs: Vec<(&[u8], &[u8])> = chunk.iter().map(|(l, r)| (&**l, &**r)).collect();
@@ -275,8 +355,8 @@ impl Operator for IntervalJoin {
             if let Some(h) = self.horizon() {
                 // A left row meets right rows up to `t + upper`; a right row
                 // meets left rows down to `t − lower`.
-                self.expire(0, h.saturating_sub(self.upper))?;
-                self.expire(1, h.saturating_add(self.lower))?;
+                self.expire(0, h.saturating_sub(self.upper), out)?;
+                self.expire(1, h.saturating_add(self.lower), out)?;
             }
             self.gauge.report(self.rows_held(), out);
         }

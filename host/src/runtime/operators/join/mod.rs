@@ -23,7 +23,7 @@ use super::rows::{RowCodec, disambiguate, format_duration};
 use super::window::column_names;
 use crate::state::KeyHasher;
 use crate::state::StateFormat;
-use crate::topology::{JoinSpec, JoinWindow};
+use crate::topology::{JoinOuter, JoinSpec, JoinWindow};
 
 /// The columns a window join's rows start with: its window's bounds.
 pub fn window_bound_fields() -> [Field; 2] {
@@ -105,10 +105,26 @@ impl JoinPlan {
         if matches!(spec.window, JoinWindow::Tumbling(_)) {
             fields.extend(window_bound_fields().map(Arc::new));
         }
+        // A side's columns are null in the rows the other side keeps
+        // without a match.
+        let nullable = |side: Vec<Arc<Field>>, null: bool| -> Vec<Arc<Field>> {
+            side.into_iter()
+                .map(|f| match null {
+                    true => Arc::new(f.as_ref().clone().with_nullable(true)),
+                    false => f,
+                })
+                .collect()
+        };
         let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-        fields.extend(disambiguate(&left.1, &taken, left.0));
+        fields.extend(nullable(
+            disambiguate(&left.1, &taken, left.0),
+            spec.outer.keeps(1),
+        ));
         let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-        fields.extend(disambiguate(&right.1, &taken, right.0));
+        fields.extend(nullable(
+            disambiguate(&right.1, &taken, right.0),
+            spec.outer.keeps(0),
+        ));
         let mut seen = std::collections::BTreeSet::new();
         for f in &fields {
             if !seen.insert(f.name().clone()) {
@@ -144,9 +160,13 @@ impl JoinPlan {
     pub fn format(&self) -> StateFormat {
         let s = &self.spec;
         let on: Vec<String> = s.on.iter().map(|(l, r)| format!("{l}={r}")).collect();
-        let format = StateFormat::new("join", 1)
+        let mut format = StateFormat::new("join", 1)
             .setting("on", on.join(","))
             .setting("time", format!("{}/{}", s.left_time, s.right_time));
+        if s.outer != JoinOuter::Inner {
+            // Its rows carry whether they met one: not an inner join's.
+            format = format.setting("outer", s.outer.name());
+        }
         match s.window {
             JoinWindow::Tumbling(d) => format.setting("window", format_duration(d)),
             JoinWindow::Interval { lower, upper } => {
@@ -160,6 +180,11 @@ impl JoinPlan {
     /// Which rows meet.
     pub fn window(&self) -> JoinWindow {
         self.spec.window
+    }
+
+    /// Which rows without a match are kept.
+    pub fn outer(&self) -> JoinOuter {
+        self.spec.outer
     }
 
     /// Per side: the key hasher and the whole-row codec.
@@ -236,4 +261,32 @@ fn joined(
     columns.extend(sides[0].codec.decode(pairs.iter().map(|(l, _)| *l))?);
     columns.extend(sides[1].codec.decode(pairs.iter().map(|(_, r)| *r))?);
     RecordBatch::try_new(plan.output_schema(), columns)
+}
+
+/// Build output batches from rows of `side` that met no row of the other
+/// (an outer join's): the other side's columns null.
+fn unmatched(
+    plan: &JoinPlan,
+    sides: &[JoinSide; 2],
+    side: usize,
+    rows: &[&[u8]],
+) -> Result<RecordBatch, ArrowError> {
+    let n = rows.len();
+    let left_columns = plan.inputs[0].fields().len();
+    let output = plan.output_schema();
+    let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
+        output.fields()[range]
+            .iter()
+            .map(|f| arrow::array::new_null_array(f.data_type(), n))
+            .collect()
+    };
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(output.fields().len());
+    if side == 0 {
+        columns.extend(sides[0].codec.decode(rows.iter().copied())?);
+        columns.extend(nulls(left_columns..output.fields().len()));
+    } else {
+        columns.extend(nulls(0..left_columns));
+        columns.extend(sides[1].codec.decode(rows.iter().copied())?);
+    }
+    RecordBatch::try_new(output, columns)
 }

@@ -102,6 +102,9 @@ impl WindowJoin {
         let JoinWindow::Tumbling(size) = plan.spec.window else {
             return Err(ctx.error("a window join needs `window`"));
         };
+        if plan.outer() != crate::topology::JoinOuter::Inner {
+            return Err(ctx.error("a window join is inner: an outer join needs `between`"));
+        }
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(BucketCodec, Some("window_start"))?;
         let mut rows_held = 0;
