@@ -1078,7 +1078,7 @@ input = ["people", "bids"]
 join = { on = ["id = bidder"], time = "date_time", between = ["0s", "1s"], outer = "full" }
 [stages.w]
 input = ["people", "bids"]
-join = { on = "id = bidder", time = "date_time", window = "10s" }
+join = { on = "id = bidder", time = "date_time", window = "10s", outer = "right" }
 [stages.l]
 input = "bids"
 lookup = { table = "cats", on = ["auction = id"], kind = "left" }
@@ -1133,6 +1133,7 @@ plugin = "blackhole-sink"
             panic!("{:?}", kind("w"))
         };
         assert_eq!(w.window, JoinWindow::Tumbling(Duration::from_secs(10)));
+        assert_eq!(w.outer, JoinOuter::Right);
         let StageKind::Lookup(l) = kind("l") else {
             panic!("{:?}", kind("l"))
         };
@@ -1186,11 +1187,8 @@ join = { on = ["id = bidder"], time = "date_time", between = ["0s", "1s"], outer
 [stages.m]
 input = ["bids", "bids"]
 join = { on = ["id = bidder"], unbounded = true, outer = "left" }
-[stages.n]
-input = ["bids", "bids"]
-join = { on = ["id = bidder"], time = "date_time", window = "10s", outer = "right" }
 [sinks.k]
-input = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "n"]
+input = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m"]
 plugin = "blackhole-sink"
 "#,
         )
@@ -1199,7 +1197,6 @@ plugin = "blackhole-sink"
         for expected in [
             "`stages.j.join.outer`: `outside` is not a kind of join",
             "`stages.m.join.outer`: an unbounded outer join's result updates",
-            "`stages.n.join.outer`: an outer window join is not supported",
             "`stages.b.join.on.0`: `id == bidder` is not an equality",
             "`stages.c.join.between`: the lower bound is above the upper bound",
             "`stages.d.dedup`: `newest` is not a dedup mode",

@@ -598,7 +598,7 @@ impl Ctx<'_> {
         }))
     }
 
-    /// `join.outer`: which rows without a match are kept; only an interval
+    /// `join.outer`: which rows without a match are kept; only a bounded
     /// join has a moment when a row can no longer meet one.
     fn join_outer(
         &self,
@@ -621,16 +621,13 @@ impl Ctx<'_> {
                 return None;
             }
         };
-        let refusal = match window {
-            JoinWindow::Interval { .. } => return Some(outer),
-            JoinWindow::Unbounded => {
-                "an unbounded outer join's result updates (a row without a match goes out, then is retracted when one arrives): bound it with `between`, or use a `lookup` stage with kind = \"left\" for a bounded table"
-            }
-            JoinWindow::Tumbling(_) => {
-                "an outer window join is not supported: bound the join with `between` (rows within an interval of each other), or window both inputs first and join on their `window_end` with `between = [\"0s\", \"0s\"]`"
-            }
-        };
-        errors.push(self.map.at_key(&at, refusal));
+        if window != JoinWindow::Unbounded {
+            return Some(outer);
+        }
+        errors.push(self.map.at_key(
+            &at,
+            "an unbounded outer join's result updates (a row without a match goes out, then is retracted when one arrives): bound it with `between` or `window`, or use a `lookup` stage with kind = \"left\" for a bounded table",
+        ));
         None
     }
 

@@ -146,8 +146,8 @@ impl JoinOuter {
 /// `join = { on, time, window | between, outer }` on a stage with two
 /// inputs (left = the first, right = the second): an equi-join bounded in
 /// event time, so that its state is freed as the watermark passes; inner,
-/// or outer on an interval (a row without a match goes out, the other
-/// side's columns null, once no row can match it any more).
+/// or outer (a row without a match goes out, the other side's columns
+/// null, once no row can match it any more: past its interval or window).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSpec {
     /// `(left column, right column)` pairs that must be equal.

@@ -244,7 +244,7 @@ impl IntervalJoin {
         }
         for chunk in lonely.chunks(OUTPUT_BATCH) {
             let rows: Vec<&[u8]> = chunk.iter().map(|r| body(r)).collect();
-            let batch = unmatched(&self.plan, &self.sides, side, &rows)
+            let batch = unmatched(&self.plan, &self.sides, None, side, &rows)
                 .map_err(self.ctx.arrow("building rows without a match"))?;
             out.emit(batch)?;
         }

@@ -264,28 +264,38 @@ fn joined(
 }
 
 /// Build output batches from rows of `side` that met no row of the other
-/// (an outer join's): the other side's columns null.
+/// (an outer join's): the other side's columns null, with window bounds
+/// in front for a window join.
 fn unmatched(
     plan: &JoinPlan,
     sides: &[JoinSide; 2],
+    window: Option<(i64, i64)>,
     side: usize,
     rows: &[&[u8]],
 ) -> Result<RecordBatch, ArrowError> {
     let n = rows.len();
-    let left_columns = plan.inputs[0].fields().len();
     let output = plan.output_schema();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(output.fields().len());
+    if let Some((start, end)) = window {
+        columns.push(Arc::new(arrow::array::TimestampMicrosecondArray::from(
+            vec![start; n],
+        )));
+        columns.push(Arc::new(arrow::array::TimestampMicrosecondArray::from(
+            vec![end; n],
+        )));
+    }
+    let left_columns = columns.len() + plan.inputs[0].fields().len();
     let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
         output.fields()[range]
             .iter()
             .map(|f| arrow::array::new_null_array(f.data_type(), n))
             .collect()
     };
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(output.fields().len());
     if side == 0 {
         columns.extend(sides[0].codec.decode(rows.iter().copied())?);
         columns.extend(nulls(left_columns..output.fields().len()));
     } else {
-        columns.extend(nulls(0..left_columns));
+        columns.extend(nulls(columns.len()..left_columns));
         columns.extend(sides[1].codec.decode(rows.iter().copied())?);
     }
     RecordBatch::try_new(output, columns)

@@ -3,14 +3,16 @@
 //! (window, key); when the watermark passes the window's end plus the
 //! allowed lateness, every left row meets every right row of its key, the
 //! pairs go out ordered by key, and the window's state is freed. A row for
-//! a window that already fired is late: counted and dropped.
+//! a window that already fired is late: counted and dropped. An outer
+//! join also lets out, then, the rows of a kept side whose key has no row
+//! of the other side in the window, the other side's columns null.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, BinaryArray, RecordBatch, UInt8Array};
 use arrow::datatypes::{DataType, Field};
 
-use super::{JoinPlan, JoinSide, SideRows, joined};
+use super::{JoinPlan, JoinSide, SideRows, joined, unmatched};
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
@@ -102,9 +104,6 @@ impl WindowJoin {
         let JoinWindow::Tumbling(size) = plan.spec.window else {
             return Err(ctx.error("a window join needs `window`"));
         };
-        if plan.outer() != crate::topology::JoinOuter::Inner {
-            return Err(ctx.error("a window join is inner: an outer join needs `between`"));
-        }
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(BucketCodec, Some("window_start"))?;
         let mut rows_held = 0;
@@ -161,6 +160,21 @@ impl WindowJoin {
                 let batch = joined(&self.plan, &self.sides, window, &pairs)
                     .map_err(self.ctx.arrow("joining rows"))?;
                 out.emit(batch)?;
+            }
+            for side in 0..2 {
+                if !self.plan.outer().keeps(side) {
+                    continue;
+                }
+                let lonely: Vec<&[u8]> = buckets
+                    .iter()
+                    .filter(|(_, bucket)| bucket[1 - side].is_empty())
+                    .flat_map(|(_, bucket)| bucket[side].iter().map(|r| &**r))
+                    .collect();
+                for chunk in lonely.chunks(OUTPUT_BATCH) {
+                    let batch = unmatched(&self.plan, &self.sides, window, side, chunk)
+                        .map_err(self.ctx.arrow("building rows without a match"))?;
+                    out.emit(batch)?;
+                }
             }
         }
         Ok(())

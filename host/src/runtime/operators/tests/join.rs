@@ -93,6 +93,16 @@ fn drive_two(
     h.finish();
 }
 
+/// SQL's name of a kind of join.
+fn sql_kind(outer: JoinOuter) -> &'static str {
+    match outer {
+        JoinOuter::Inner => "INNER",
+        JoinOuter::Left => "LEFT OUTER",
+        JoinOuter::Right => "RIGHT OUTER",
+        JoinOuter::Full => "FULL OUTER",
+    }
+}
+
 const COLUMNS: [&str; 6] = [
     "id",
     "person",
@@ -116,19 +126,22 @@ proptest! {
         before in 1usize..4,
         after in 1usize..4,
         restart in 0.0f64..1.0,
+        outer in prop::sample::select(vec![JoinOuter::Inner, JoinOuter::Left, JoinOuter::Right, JoinOuter::Full]),
     ) {
         let left = side(seed, rows, keys, "id", "person", delay_ms);
         let right = side(seed ^ 1, rows, keys, "seller", "item", delay_ms);
-        let p = plan(JoinWindow::Tumbling(Duration::from_millis(size_ms)), JoinOuter::Inner, &left, &right);
+        let p = plan(JoinWindow::Tumbling(Duration::from_millis(size_ms)), outer, &left, &right);
         let keys = vec![vec!["id".to_string()], vec!["seller".to_string()]];
         let mut h = Harness::new(StatefulPlan::Join(p), keys, before);
         drive_two(&mut h, &left, &right, batch_rows, delay_ms, (2.0 * rows as f64 * restart) as usize, after);
         prop_assert_eq!(h.late_rows(), 0);
+        // A row without a match is in the window of its own side's time.
         let expected = oracle(&[("persons", &left), ("auctions", &right)], &format!(
             "SELECT p.id, p.person, p.date_time, a.seller, a.item, a.date_time AS auctions_date_time,
-                    (CAST(p.date_time AS BIGINT) / {size_ms}) * {size_ms} AS window_start
-             FROM persons p JOIN auctions a ON p.id = a.seller
-              AND CAST(p.date_time AS BIGINT) / {size_ms} = CAST(a.date_time AS BIGINT) / {size_ms}"
+                    (CAST(COALESCE(p.date_time, a.date_time) AS BIGINT) / {size_ms}) * {size_ms} AS window_start
+             FROM persons p {} JOIN auctions a ON p.id = a.seller
+              AND CAST(p.date_time AS BIGINT) / {size_ms} = CAST(a.date_time AS BIGINT) / {size_ms}",
+            sql_kind(outer)
         ));
         let mut columns = COLUMNS.to_vec();
         columns.push("window_start");
@@ -167,17 +180,12 @@ proptest! {
         let mut h = Harness::new(StatefulPlan::Join(p), keys, before);
         drive_two(&mut h, &left, &right, batch_rows, delay_ms, (2.0 * rows as f64 * restart) as usize, after);
         prop_assert_eq!(h.late_rows(), 0);
-        let kind = match outer {
-            JoinOuter::Inner => "INNER",
-            JoinOuter::Left => "LEFT OUTER",
-            JoinOuter::Right => "RIGHT OUTER",
-            JoinOuter::Full => "FULL OUTER",
-        };
         let expected = oracle(&[("persons", &left), ("auctions", &right)], &format!(
             "SELECT p.id, p.person, p.date_time, a.seller, a.item, a.date_time AS auctions_date_time
-             FROM persons p {kind} JOIN auctions a ON p.id = a.seller
+             FROM persons p {} JOIN auctions a ON p.id = a.seller
               AND CAST(a.date_time AS BIGINT) BETWEEN CAST(p.date_time AS BIGINT) + ({lower_ms})
-                                                  AND CAST(p.date_time AS BIGINT) + ({upper_ms})"
+                                                  AND CAST(p.date_time AS BIGINT) + ({upper_ms})",
+            sql_kind(outer)
         ));
         prop_assert_eq!(text_rows(&h.output, &COLUMNS), text_rows(&expected, &COLUMNS));
         prop_assert_eq!(h.state_held(), 0, "every buffered row expires by the end");
