@@ -253,7 +253,7 @@ mod tests {
         assert_eq!(restored.state["agg"][0].0.epoch, first + 1);
     }
 
-    /// An unusable newest manifest (its state object is gone) is skipped
+    /// An unusable newest manifest (its state object is corrupt) is skipped
     /// for the copy, but the fence still goes past it, and it is discarded
     /// with the state of every epoch after the copied one.
     #[test]
@@ -262,9 +262,9 @@ mod tests {
         let first = Generation::first_epoch(1);
         commit(&store, first, 1).expect("commit");
         commit(&store, first + 1, 1).expect("commit");
-        store
-            .delete_prefix(&format!("state/epoch-{:020}", first + 1))
-            .expect("lose state");
+        // Its state object no longer matches its checksum.
+        let key = EpochStore::state_key(first + 1, "agg", 0, VnodeRange::all());
+        store.put(&key, b"garbled".to_vec()).expect("garble state");
         let orphan = EpochStore::state_key(first + 5, "agg", 0, VnodeRange::all());
         store.put(&orphan, vec![1]).expect("orphan state");
         let fenced = fence_older_generations(&store, 2, "t", "d").expect("fence");

@@ -72,7 +72,7 @@ pub struct JobRound {
 /// `g << EPOCH_BITS` on (about a million epochs per generation), so that
 /// a paused member of an older generation that wakes up never prepares a
 /// sink epoch with the same number as one of a newer generation.
-pub const EPOCH_BITS: u32 = 20;
+const EPOCH_BITS: u32 = 20;
 
 impl Generation {
     /// The lowest epoch generation `number` may write: its epochs are

@@ -574,7 +574,7 @@ impl EpochStore {
     }
 
     /// Delete every object under `prefix`, recursively.
-    pub(super) fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
+    fn delete_prefix(&self, prefix: &str) -> Result<(), EpochError> {
         if let Some(dir) = &self.local {
             // The directory itself: a put killed mid-write leaves its
             // temporary file there, which object listings do not show.
@@ -710,7 +710,7 @@ impl EpochStore {
 
     /// [`Self::discard_after`], but keep the manifest of `fence` (a fence
     /// names state of the epoch it copies, never its own).
-    pub fn discard_after_but(
+    pub(super) fn discard_after_but(
         &self,
         epoch: Option<u64>,
         fence: Option<u64>,

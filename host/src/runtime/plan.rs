@@ -12,13 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::plugin::{
     Catalog, ConfigSchema, LoadedPlugin, OpenError, PluginEngine, PluginKind, ScanRequest,
     SinkInstance, SourceInstance, StepInstance, TaskIdentity, undeclared_grants,
 };
 use crate::runtime::dead_letter::DEAD_LETTER_SCHEMA;
+use crate::runtime::operators::rows::nullable_when;
 use crate::runtime::operators::{
     JoinPlan, LookupPlan, LookupTable, SessionPlan, StatefulPlan, TopNPlan, UpdatingPlan,
     UpdatingTopNPlan, WindowPlan, column_names, window_bound_fields,
@@ -199,15 +200,7 @@ fn joined_sides(
             return None;
         };
         let table = tables.get(&spec.table)?.schema();
-        let fields: Vec<Field> = table
-            .fields()
-            .iter()
-            .map(|f| {
-                f.as_ref()
-                    .clone()
-                    .with_nullable(f.is_nullable() || spec.keep_unmatched)
-            })
-            .collect();
+        let fields = nullable_when(table.fields(), spec.keep_unmatched);
         return Some(JoinedSides {
             left: (input.clone(), Arc::clone(schemas.get(input)?)),
             right: (spec.table.clone(), Arc::new(Schema::new(fields))),
@@ -221,17 +214,8 @@ fn joined_sides(
     };
     // A side's columns are null in the rows an outer join keeps of the
     // other side without a match.
-    let nullable = |schema: &SchemaRef, null: bool| -> SchemaRef {
-        match null {
-            false => Arc::clone(schema),
-            true => Arc::new(Schema::new(
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone().with_nullable(true))
-                    .collect::<Vec<_>>(),
-            )),
-        }
+    let nullable = |schema: &SchemaRef, missing: bool| -> SchemaRef {
+        Arc::new(Schema::new(nullable_when(schema.fields(), missing)))
     };
     let mut left_schema = nullable(schemas.get(left)?, spec.outer.keeps(1));
     if matches!(spec.window, JoinWindow::Tumbling(_)) {

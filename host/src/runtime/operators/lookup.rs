@@ -16,7 +16,7 @@ use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
-use super::rows::disambiguate;
+use super::rows::{disambiguate, nullable_when};
 use super::window::column_names;
 use crate::plugin::{SourceInstance, SourcePoll};
 use crate::runtime::operator::{Emitter, Operator, TaskError};
@@ -169,14 +169,11 @@ impl LookupPlan {
         }
         let taken: Vec<String> = input.fields().iter().map(|f| f.name().clone()).collect();
         let mut fields: Vec<_> = input.fields().iter().cloned().collect();
-        for f in disambiguate(&table_schema, &taken, &spec.table) {
-            // Unmatched rows (kind = "left") get nulls.
-            fields.push(Arc::new(
-                f.as_ref()
-                    .clone()
-                    .with_nullable(f.is_nullable() || spec.keep_unmatched),
-            ));
-        }
+        // Unmatched rows (kind = "left") get nulls.
+        fields.extend(nullable_when(
+            &disambiguate(&table_schema, &taken, &spec.table),
+            spec.keep_unmatched,
+        ));
         let table = LookupTable::index(&spec.table, table, table_key)
             .map_err(|m| ("lookup.table".to_string(), m))?;
         Ok(LookupPlan {

@@ -182,6 +182,22 @@ impl StateGauge {
     }
 }
 
+/// `fields`, each nullable when `missing` (the columns of a side a row may
+/// lack: a left lookup's table, the side an outer join does not keep),
+/// else as they are.
+pub fn nullable_when<'a>(
+    fields: impl IntoIterator<Item = &'a arrow::datatypes::FieldRef>,
+    missing: bool,
+) -> Vec<arrow::datatypes::FieldRef> {
+    fields
+        .into_iter()
+        .map(|f| match missing && !f.is_nullable() {
+            true => Arc::new(f.as_ref().clone().with_nullable(true)),
+            false => Arc::clone(f),
+        })
+        .collect()
+}
+
 /// Columns of `input` renamed where they collide with `taken`:
 /// `{prefix}_{name}` (a join's right side, a lookup's table).
 pub fn disambiguate(

@@ -211,20 +211,11 @@ impl Translator<'_> {
                 sides[0].qualifier, sides[0].qualifier, sides[1].qualifier
             )));
         }
-        // An outer join's ON decides which rows meet, its WHERE filters
-        // the joined rows (those padded with nulls too): only an inner
-        // join's conditions may be taken from either.
-        let mut conjuncts = Vec::new();
-        let mut filters = Vec::new();
-        for condition in on.iter() {
-            split_and(condition, &mut conjuncts);
-        }
-        if let Some(condition) = select.selection.as_ref() {
-            match outer {
-                JoinOuter::Inner => split_and(condition, &mut conjuncts),
-                _ => split_and(condition, &mut filters),
-            }
-        }
+        let (conjuncts, filters) = conditions(
+            on.as_ref(),
+            select.selection.as_ref(),
+            outer != JoinOuter::Inner,
+        );
         let mut keys: Vec<(String, String)> = Vec::new();
         let mut bounds: Vec<TimeBound> = Vec::new();
         let mut pushed: [Vec<Expr>; 2] = Default::default();
@@ -521,19 +512,9 @@ impl Translator<'_> {
                 qualifier,
             },
         ];
-        // A LEFT JOIN's ON holds the keys only: its WHERE filters the
-        // joined rows (those padded with nulls too).
-        let mut conjuncts = Vec::new();
-        let mut filters = Vec::new();
-        for condition in on.iter() {
-            split_and(condition, &mut conjuncts);
-        }
-        if let Some(condition) = select.selection.as_ref() {
-            match keep_unmatched {
-                false => split_and(condition, &mut conjuncts),
-                true => split_and(condition, &mut filters),
-            }
-        }
+        // A LEFT JOIN's ON holds the keys only.
+        let (conjuncts, filters) =
+            conditions(on.as_ref(), select.selection.as_ref(), keep_unmatched);
         // (stream expression, table column) pairs; filters on the stream;
         // conditions after the lookup.
         let mut keys: Vec<(Expr, String)> = Vec::new();
@@ -837,6 +818,21 @@ fn micros(us: i64) -> String {
 }
 
 /// The conjuncts of `e` (`a AND b AND c`), parentheses looked through.
+/// The conjuncts of a join's ON and WHERE: (those that decide which rows
+/// meet, those that filter the joined rows). An outer join's ON decides
+/// and its WHERE filters, the rows padded with nulls too; an inner join's
+/// conditions may be taken from either.
+fn conditions(on: Option<&Expr>, selection: Option<&Expr>, outer: bool) -> (Vec<Expr>, Vec<Expr>) {
+    let (mut meet, mut filter) = (Vec::new(), Vec::new());
+    if let Some(on) = on {
+        split_and(on, &mut meet);
+    }
+    if let Some(selection) = selection {
+        split_and(selection, if outer { &mut filter } else { &mut meet });
+    }
+    (meet, filter)
+}
+
 fn split_and(e: &Expr, out: &mut Vec<Expr>) {
     match e {
         Expr::BinaryOp {

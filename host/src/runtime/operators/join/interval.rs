@@ -144,16 +144,16 @@ impl IntervalJoin {
             JoinWindow::Interval { lower, upper } => {
                 (lower, upper, plan.spec.allowed_lateness.as_micros() as i64)
             }
+            JoinWindow::Unbounded if plan.outer() != crate::topology::JoinOuter::Inner => {
+                return Err(ctx.error(
+                    "an unbounded join cannot be outer: no row ever stops waiting for a match",
+                ));
+            }
             JoinWindow::Unbounded => (-i64::MAX, i64::MAX, i64::MAX),
             JoinWindow::Tumbling(_) => {
                 return Err(ctx.error("an interval join needs `between`"));
             }
         };
-        if plan.outer() != crate::topology::JoinOuter::Inner && lateness == i64::MAX {
-            return Err(ctx.error(
-                "an unbounded join cannot be outer: no row ever stops waiting for a match",
-            ));
-        }
         let keeps = [plan.outer().keeps(0), plan.outer().keeps(1)];
         let sides = plan.sides().map_err(ctx.arrow("finding the key columns"))?;
         let table = ctx.restore_table(KeyRowsCodec, Some("side"))?;

@@ -19,7 +19,7 @@ use arrow::error::ArrowError;
 pub use interval::IntervalJoin;
 pub use window::WindowJoin;
 
-use super::rows::{RowCodec, disambiguate, format_duration};
+use super::rows::{RowCodec, disambiguate, format_duration, nullable_when};
 use super::window::column_names;
 use crate::state::KeyHasher;
 use crate::state::StateFormat;
@@ -107,22 +107,14 @@ impl JoinPlan {
         }
         // A side's columns are null in the rows the other side keeps
         // without a match.
-        let nullable = |side: Vec<Arc<Field>>, null: bool| -> Vec<Arc<Field>> {
-            side.into_iter()
-                .map(|f| match null {
-                    true => Arc::new(f.as_ref().clone().with_nullable(true)),
-                    false => f,
-                })
-                .collect()
-        };
         let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-        fields.extend(nullable(
-            disambiguate(&left.1, &taken, left.0),
+        fields.extend(nullable_when(
+            &disambiguate(&left.1, &taken, left.0),
             spec.outer.keeps(1),
         ));
         let taken: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-        fields.extend(nullable(
-            disambiguate(&right.1, &taken, right.0),
+        fields.extend(nullable_when(
+            &disambiguate(&right.1, &taken, right.0),
             spec.outer.keeps(0),
         ));
         let mut seen = std::collections::BTreeSet::new();
