@@ -490,3 +490,149 @@ fn rust_http_scaffolds_test_build_and_talk_to_a_server_under_their_grant() {
         &[concat!(env!("CARGO"), " test")],
     );
 }
+
+/// Nexmark events of the `state_memory` tests.
+const BIDS: u64 = 120_000;
+
+/// `BIDS` Nexmark events (92% of them bids) from two generator tasks (at `rate` events/s, 0:
+/// unpaced) → each bid's url (about 90 bytes, 55,290 distinct) as the
+/// word → `test-keyed-step` keyed by word on `parallelism` tasks with
+/// `budget` (e.g. `state_memory = "1MiB"`): about 7 MiB of values per
+/// task of two → one row per word at the end.
+fn many_words(budget: &str, rate: u64, parallelism: u32) -> String {
+    let wasm = std::path::Path::new(env!("FV_PLUGIN_DIR")).join("test_keyed_step.wasm");
+    format!(
+        r#"name = "words"
+
+[checkpoint]
+interval = "300ms"
+
+[sources.bids]
+plugin = "generator"
+parallelism = 2
+config = {{ kind = "nexmark", stream = "bid", events = {BIDS}, seed = 5, rate = {rate} }}
+watermark = {{ column = "date_time" }}
+
+[stages.words]
+input = "bids"
+sql = "SELECT url AS word FROM bids"
+
+[stages.counts]
+input = "words"
+path = "{wasm}"
+key = ["word"]
+parallelism = {parallelism}
+{budget}
+
+[sinks.out]
+input = "counts"
+plugin = "file-sink"
+allow_write = ["out"]
+config = {{ path = "out", format = "jsonl" }}
+"#,
+        wasm = wasm.display(),
+    )
+}
+
+/// The committed (word, rows), sorted.
+fn word_counts(s: &Scratch) -> Vec<(String, i64)> {
+    let mut rows: Vec<(String, i64)> = s
+        .output_lines("out")
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json");
+            let word = v["word"].as_str().expect("word").to_string();
+            (word, v["rows"].as_i64().expect("rows"))
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// What the step writes with all its state in memory, unpaced: one row
+/// per distinct url, the rows adding up to every bid.
+fn counted_in_memory() -> Vec<(String, i64)> {
+    let s = Scratch::new();
+    s.write("t.toml", &many_words("", 0, 2));
+    assert_exit(&s.fvhost(&["run", "t.toml", "--no-progress"]), 0);
+    let counts = word_counts(&s);
+    // 92% of Nexmark's events are bids.
+    let bids = counts.iter().map(|(_, n)| n).sum::<i64>();
+    assert_eq!(bids as u64, BIDS / 100 * 92, "every bid counted once");
+    assert!(counts.len() as u64 > BIDS / 4, "{} words", counts.len());
+    counts
+}
+
+/// `got` must be `expected`; else say how they differ.
+#[track_caller]
+fn assert_counts(got: &[(String, i64)], expected: &[(String, i64)], context: &str) {
+    if got != expected {
+        let missing = expected.iter().filter(|r| !got.contains(r)).count();
+        let extra = got.iter().filter(|r| !expected.contains(r)).count();
+        panic!(
+            "{context}: {} rows, {} expected; {missing} missing, {extra} unexpected (first: {:?})",
+            got.len(),
+            expected.len(),
+            got.iter().find(|r| !expected.contains(r))
+        );
+    }
+}
+
+/// A keyed step whose values pass its `state_memory` keeps the coldest on
+/// local disk, says so once per task, and writes what the same step in
+/// memory writes.
+#[test]
+fn a_keyed_step_past_its_state_memory_keeps_cold_values_on_disk_and_writes_what_memory_does() {
+    let expected = counted_in_memory();
+    let s = Scratch::new();
+    s.write("t.toml", &many_words("state_memory = \"1MiB\"", 0, 2));
+    let run = s.fvhost(&["run", "t.toml", "--no-progress"]);
+    assert_exit(&run, 0);
+    let told =
+        "the keyed state passed its state_memory of 1MiB: the coldest values go to local disk";
+    assert_eq!(
+        run.stderr.matches(told).count(),
+        2,
+        "once per task: {}",
+        run.stderr
+    );
+    assert_counts(&word_counts(&s), &expected, "under 1MiB");
+}
+
+/// The same step failing a write to local disk
+/// (`FVHOST_FAIL_AT=spill-write:4`: the run stops naming the stage, task
+/// and disk), then killed at random moments (its values mostly on disk,
+/// its snapshots spooled), and last restarted on three tasks: it writes
+/// what one uninterrupted run in memory writes, each row once.
+#[cfg(unix)]
+#[test]
+fn a_budgeted_keyed_step_failed_on_disk_killed_and_rescaled_writes_each_row_once() {
+    let expected = counted_in_memory();
+    let seed = crash_seed("budgeted keyed step crash harness");
+    let mut state = seed;
+    let s = Scratch::new();
+    let budget = "state_memory = \"1MiB\"";
+    // ~3 s of input: every kill lands mid-stream.
+    s.write("t.toml", &many_words(budget, 40_000, 2));
+    let args = ["run", "t.toml", "--no-progress"];
+    let failed = s.fvhost_env(&args, &[("FVHOST_FAIL_AT", "spill-write:4")]);
+    assert_exit(&failed, 1);
+    for says in [
+        "stage `counts` task",
+        "could not be kept on local disk",
+        "injected fault at spill-write",
+    ] {
+        assert!(failed.stderr.contains(says), "{says}: {}", failed.stderr);
+    }
+    kill_after_first_checkpoint(&s, &args, "words");
+    kill_at_random_moments(&s, &args, 3, (300, 600), &mut state, |_| {});
+    s.write("t.toml", &many_words(budget, 40_000, 3));
+    let last = s.fvhost(&args);
+    assert_exit(&last, 0);
+    assert!(
+        last.stderr.contains("resumed after epoch"),
+        "{}",
+        last.stderr
+    );
+    assert_counts(&word_counts(&s), &expected, &format!("seed {seed}"));
+}

@@ -1180,13 +1180,22 @@ impl StepInstance {
         }
     }
 
-    /// Fire the timers due at `watermark`: they are removed, and the
-    /// plugin's `on-timers` gets them in one call. Returns the rows it
-    /// made. A failure undoes the call's changes and fails the stage.
-    pub fn fire_timers(&mut self, watermark: i64) -> Result<Option<RecordBatch>, PluginError> {
+    /// Fire the first (at most `at_most`) timers due at `watermark`: they
+    /// are removed, and the plugin's `on-timers` gets them in one call.
+    /// Returns the rows it made and how many timers fired (fewer than
+    /// `at_most`: none is due any more). A failure undoes the call's
+    /// changes and fails the stage. Calls of a bounded number of timers
+    /// keep what one call holds bounded — its keys, the values it reads
+    /// and the undo journal of those it deletes — when a watermark passes
+    /// millions of timers at once (the end of a bounded input).
+    pub fn fire_timers(
+        &mut self,
+        watermark: i64,
+        at_most: usize,
+    ) -> Result<(Option<RecordBatch>, usize), PluginError> {
         let keyed = &mut self.sandbox.store.data_mut().keyed;
         if keyed.state.is_none() {
-            return Ok(None);
+            return Ok((None, 0));
         }
         // Opened before the timers are taken, so a failed call puts them
         // back.
@@ -1194,18 +1203,18 @@ impl StepInstance {
         let due = keyed
             .state
             .as_mut()
-            .map(|state| state.take_due(watermark))
+            .map(|state| state.take_due_at_most(watermark, at_most))
             .unwrap_or_default();
         if due.is_empty() {
             // Nothing changed, so nothing can have been refused.
             let _ = keyed.end(true);
-            return Ok(None);
+            return Ok((None, 0));
         }
         let (keys, ends) = key_list(due.iter().map(|(key, _)| key.as_ref()));
         let times: Vec<i64> = due.iter().map(|(_, time)| *time).collect();
         let result = self.call_on_timers(&keys, &ends, &times);
         self.end_keyed_call(result.is_ok())?;
-        result
+        Ok((result?, due.len()))
     }
 
     fn call_on_timers(

@@ -13,7 +13,7 @@
 use super::bindings::keyed_state::{Host, KeyList};
 use super::instance::key_list;
 use super::sandbox::HostState;
-use crate::state::{KeyedState, StateLimitExceeded};
+use crate::state::{KeyedState, KeyedStateError};
 
 /// What a keyed step's store holds for the call under way.
 #[derive(Default)]
@@ -37,8 +37,9 @@ impl KeyedCall {
     }
 
     /// The call ended: keep its changes (`keep`) or undo them, take the
-    /// keys back, and report a change refused for the state limit.
-    pub(crate) fn end(&mut self, keep: bool) -> Option<StateLimitExceeded> {
+    /// keys back, and report a change refused for the state limit (or
+    /// failed on the local disk under `state_memory`).
+    pub(crate) fn end(&mut self, keep: bool) -> Option<KeyedStateError> {
         self.keys.clear();
         self.ends.clear();
         let state = self.state.as_mut()?;
@@ -64,7 +65,7 @@ impl Host for HostState {
     }
 
     fn get(&mut self, key: Vec<u8>) -> Option<Vec<u8>> {
-        self.keyed.state.as_ref()?.get(&key).map(<[u8]>::to_vec)
+        self.keyed.state.as_mut()?.get(&key)
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), String> {
@@ -81,7 +82,7 @@ impl Host for HostState {
     }
 
     fn scan(&mut self, after: Option<Vec<u8>>, limit: u32) -> Vec<Vec<u8>> {
-        match &self.keyed.state {
+        match &mut self.keyed.state {
             Some(state) => state.scan(after.as_deref(), limit as usize),
             None => Vec::new(),
         }

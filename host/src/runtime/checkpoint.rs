@@ -23,9 +23,107 @@ use super::operator::TaskError;
 use super::operators::rows::{saved_watermark, with_watermark};
 use crate::epoch::{Ack, EpochStore};
 use crate::state::{
-    SavedObject, SnapshotKind, SnapshotWriter, SpooledSnapshot, StateError, StateFormat,
+    KeyedState, SavedObject, SnapshotKind, SnapshotWriter, SpooledSnapshot, StateError,
     StateObject, StateSnapshot, StateTable, ValueCodec, VnodeRange, WriterWatermarks,
 };
+
+/// A task's state as a checkpoint takes it, a chunk at a time: a native
+/// operator's [`StateTable`], or a keyed step's [`KeyedState`] with the
+/// watermark its operator reached.
+pub trait Checkpointed {
+    /// The snapshot's columns for `kind` (without the watermark).
+    fn snapshot_schema(&self, kind: SnapshotKind) -> Schema;
+    /// The watermark the state was taken at.
+    fn watermark(&self) -> Option<i64>;
+    /// The next snapshot must be whole whatever the chain says.
+    fn needs_full(&self) -> bool;
+    /// Entries changed since the last saved snapshot.
+    fn changed(&self) -> usize;
+    /// Entries held.
+    fn len(&self) -> usize;
+    /// Whether no entry is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The snapshot of `kind`, at most about `chunk` entries a call of `f`.
+    fn snapshot_chunks(
+        &self,
+        kind: SnapshotKind,
+        chunk: usize,
+        f: &mut dyn FnMut(Vec<ArrayRef>) -> Result<(), StateError>,
+    ) -> Result<(), StateError>;
+    /// The snapshot just taken is saved.
+    fn mark_saved(&mut self);
+    /// Entries on local disk, written there and read back (state_memory).
+    fn spilled(&self) -> (usize, u64, u64);
+}
+
+impl<C: ValueCodec> Checkpointed for StateTable<C> {
+    fn snapshot_schema(&self, kind: SnapshotKind) -> Schema {
+        StateTable::snapshot_schema(self, kind)
+    }
+    fn watermark(&self) -> Option<i64> {
+        StateTable::watermark(self)
+    }
+    fn needs_full(&self) -> bool {
+        StateTable::needs_full(self)
+    }
+    fn changed(&self) -> usize {
+        StateTable::changed(self)
+    }
+    fn len(&self) -> usize {
+        StateTable::len(self)
+    }
+    fn snapshot_chunks(
+        &self,
+        kind: SnapshotKind,
+        chunk: usize,
+        f: &mut dyn FnMut(Vec<ArrayRef>) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        StateTable::snapshot_chunks(self, kind, chunk, f)
+    }
+    fn mark_saved(&mut self) {
+        StateTable::mark_saved(self)
+    }
+    fn spilled(&self) -> (usize, u64, u64) {
+        StateTable::spilled(self)
+    }
+}
+
+/// A keyed step's state and the watermark its operator reached.
+pub struct KeyedCheckpoint<'a>(pub &'a mut KeyedState, pub Option<i64>);
+
+impl Checkpointed for KeyedCheckpoint<'_> {
+    fn snapshot_schema(&self, kind: SnapshotKind) -> Schema {
+        KeyedState::snapshot_schema(kind)
+    }
+    fn watermark(&self) -> Option<i64> {
+        self.1
+    }
+    fn needs_full(&self) -> bool {
+        self.0.needs_full()
+    }
+    fn changed(&self) -> usize {
+        self.0.changed()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn snapshot_chunks(
+        &self,
+        kind: SnapshotKind,
+        chunk: usize,
+        f: &mut dyn FnMut(Vec<ArrayRef>) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        self.0.snapshot_chunks(kind, chunk, f)
+    }
+    fn mark_saved(&mut self) {
+        self.0.mark_saved()
+    }
+    fn spilled(&self) -> (usize, u64, u64) {
+        self.0.spilled()
+    }
+}
 
 /// A task's encoded state of one epoch, where it waits to be stored.
 enum Encoded {
@@ -39,9 +137,13 @@ enum Encoded {
 /// at a time, never converted to columns whole.
 const SNAPSHOT_CHUNK: usize = 64 * 1024;
 
-/// Restored snapshot batches in epoch order, each with the vnodes its
-/// writer owned, and the watermark each writer had reached.
-pub type RestoredBatches = (Vec<(RecordBatch, VnodeRange)>, WriterWatermarks);
+/// The fault hook of a task's local disk: `spill-write:<n>` fails a write
+/// in the task's n-th checkpoint interval.
+fn spill_fault() -> crate::state::FaultHook {
+    Box::new(|round| {
+        crate::epoch::fault_point("spill-write", u64::from(round)).map_err(|e| e.to_string())
+    })
+}
 
 /// One stateful task's link to the epoch store.
 pub struct StateContext {
@@ -160,26 +262,11 @@ impl StateContext {
         scope_column: Option<&'static str>,
     ) -> Result<StateTable<C>, TaskError> {
         let mut table = StateTable::new(codec, scope_column, self.vnodes);
-        if let Some((dir, bytes)) = &self.memory_budget {
-            // A directory no other task or run uses: its own name, this
-            // process and a sequence number.
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mine = dir.join(format!(
-                "{}-{}-{}-{n}",
-                self.stage,
-                self.task,
-                std::process::id()
-            ));
-            self.spool = Some(mine.clone());
-            let label = format!("stage `{}` task {}", self.stage, self.task);
+        if let Some((mine, bytes, label)) = self.spill_place() {
             table = table
-                .budgeted(&mine, *bytes, label)
+                .budgeted(&mine, bytes, label)
                 .map_err(|e| self.state_error(e))?
-                .with_spill_fault(Box::new(|round| {
-                    crate::epoch::fault_point("spill-write", u64::from(round))
-                        .map_err(|e| e.to_string())
-                }));
+                .with_spill_fault(spill_fault());
         }
         let mut writers = WriterWatermarks::default();
         // One batch at a time, each object's bytes dropped before the next
@@ -196,6 +283,36 @@ impl StateContext {
         Ok(table)
     }
 
+    /// With `state_memory`: a directory for this task's cold state that no
+    /// other task or run uses (its own name, this process and a sequence
+    /// number; its snapshots are spooled beside it), the budget, and the
+    /// label its log lines and errors take.
+    fn spill_place(&mut self) -> Option<(PathBuf, usize, String)> {
+        let (dir, bytes) = self.memory_budget.as_ref()?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mine = dir.join(format!(
+            "{}-{}-{}-{n}",
+            self.stage,
+            self.task,
+            std::process::id()
+        ));
+        self.spool = Some(mine.clone());
+        let label = format!("stage `{}` task {}", self.stage, self.task);
+        Some((mine, *bytes, label))
+    }
+
+    /// Give a keyed step's (empty) state this task's memory budget, if
+    /// it has one: its values past it go to local disk.
+    pub fn budget_keyed(&mut self, state: &mut KeyedState) -> Result<(), TaskError> {
+        if let Some((mine, bytes, label)) = self.spill_place() {
+            state
+                .spill_to(&mine, bytes, label, Some(spill_fault()))
+                .map_err(|e| self.state_error(e))?;
+        }
+        Ok(())
+    }
+
     /// Encode all of `table` as this task's state of `epoch`.
     pub fn snapshot<C: ValueCodec>(
         &self,
@@ -207,10 +324,10 @@ impl StateContext {
 
     /// Encode `table` as a snapshot of `kind`, [`SNAPSHOT_CHUNK`] entries
     /// a batch.
-    fn snapshot_as<C: ValueCodec>(
+    fn snapshot_as(
         &self,
         epoch: u64,
-        table: &StateTable<C>,
+        table: &impl Checkpointed,
         kind: SnapshotKind,
     ) -> Result<StateSnapshot, TaskError> {
         let schema = with_watermark(table.snapshot_schema(kind), table.watermark());
@@ -221,10 +338,10 @@ impl StateContext {
     }
 
     /// [`StateContext::snapshot_as`] into the local file `path`.
-    fn snapshot_spooled<C: ValueCodec>(
+    fn snapshot_spooled(
         &self,
         epoch: u64,
-        table: &StateTable<C>,
+        table: &impl Checkpointed,
         kind: SnapshotKind,
         path: PathBuf,
     ) -> Result<SpooledSnapshot, TaskError> {
@@ -238,15 +355,15 @@ impl StateContext {
 
     /// Write `table`'s snapshot of `kind` to `writer`, a batch of
     /// [`SNAPSHOT_CHUNK`] entries at a time.
-    fn encode_into<C: ValueCodec, W: std::io::Write>(
+    fn encode_into<W: std::io::Write>(
         &self,
-        table: &StateTable<C>,
+        table: &impl Checkpointed,
         kind: SnapshotKind,
         schema: &arrow::datatypes::SchemaRef,
         writer: &mut SnapshotWriter<W>,
     ) -> Result<(), TaskError> {
         table
-            .snapshot_chunks(kind, SNAPSHOT_CHUNK, |columns| {
+            .snapshot_chunks(kind, SNAPSHOT_CHUNK, &mut |columns| {
                 let batch = RecordBatch::try_new(Arc::clone(schema), columns)?;
                 writer.write(&batch).map_err(StateError::from)
             })
@@ -263,11 +380,11 @@ impl StateContext {
     /// Snapshot `table` as the state of `epoch` — whole at the start of a
     /// chain, else only what changed since the previous epoch — and hand
     /// it off.
-    pub fn checkpoint<C: ValueCodec>(
+    pub fn checkpoint(
         &mut self,
         epoch: u64,
-        format: &StateFormat,
-        table: &mut StateTable<C>,
+        format: &str,
+        table: &mut impl Checkpointed,
     ) -> Result<(), TaskError> {
         let kind = match table.needs_full() {
             true => SnapshotKind::Full,
@@ -287,7 +404,7 @@ impl StateContext {
             let (stage, task, total) = (&self.stage, self.task, table.len());
             tracing::debug!(stage = %stage, task, epoch, entries = total, on_disk, written, read, "state on local disk");
         }
-        self.send(epoch, format.id(), snapshot, kind);
+        self.send(epoch, format, snapshot, kind);
         Ok(())
     }
 
@@ -319,60 +436,42 @@ impl StateContext {
         }
     }
 
-    /// Take the restored objects, decoded: their batches and the watermark
-    /// each writer had reached in its newest object (tasks may have been at
+    /// Hand `f` the restored batches in epoch order, each with the vnodes
+    /// its writer owned, one object's batch at a time (an object's bytes
+    /// are dropped before the next is read); return the watermark each
+    /// writer had reached in its newest object (tasks may have been at
     /// different ones, and a full snapshot's is older than its deltas').
-    pub fn take_restored(&mut self) -> Result<RestoredBatches, TaskError> {
-        let mut batches = Vec::new();
-        let mut writers = WriterWatermarks::default();
-        for (object, bytes) in std::mem::take(&mut self.restored) {
-            for batch in self.decode(&object, &bytes)? {
-                writers.record(object.vnodes, saved_watermark(&batch));
-                batches.push((batch, object.vnodes));
+    pub fn restore_each(
+        &mut self,
+        mut f: impl FnMut(&RecordBatch, VnodeRange) -> Result<(), TaskError>,
+    ) -> Result<WriterWatermarks, TaskError> {
+        enum Failed {
+            Snapshot(crate::state::SnapshotError),
+            Task(TaskError),
+        }
+        impl From<crate::state::SnapshotError> for Failed {
+            fn from(e: crate::state::SnapshotError) -> Self {
+                Failed::Snapshot(e)
             }
         }
-        Ok((batches, writers))
-    }
-
-    /// The batches of a restored object (its checksum was verified when
-    /// it was read).
-    fn decode(&self, object: &StateObject, bytes: &[u8]) -> Result<Vec<RecordBatch>, TaskError> {
-        StateSnapshot::decode_verified(object, bytes).map_err(|source| TaskError::Snapshot {
-            stage: self.stage.clone(),
-            source,
-        })
-    }
-
-    /// Encode this task's state of `epoch` — `columns` of `schema`, taken
-    /// at `watermark` — as one object.
-    pub fn encode(
-        &self,
-        epoch: u64,
-        schema: Schema,
-        watermark: Option<i64>,
-        columns: Vec<ArrayRef>,
-    ) -> Result<StateSnapshot, TaskError> {
-        let schema = with_watermark(schema, watermark);
-        let batch = RecordBatch::try_new(std::sync::Arc::clone(&schema), columns)
-            .map_err(self.arrow("building a snapshot"))?;
-        let key = format!("{} epoch {epoch}", self.stage);
-        StateSnapshot::encode(&key, &schema, &[batch]).map_err(|source| TaskError::Snapshot {
-            stage: self.stage.clone(),
-            source,
-        })
-    }
-
-    /// Hand the encoded state of `epoch` — all of it, or (`Delta`) what
-    /// changed since the previous epoch's — off to the epoch store.
-    /// `format` describes the state's meaning (checked on restore).
-    pub fn hand_off(
-        &mut self,
-        epoch: u64,
-        format: &str,
-        snapshot: StateSnapshot,
-        kind: SnapshotKind,
-    ) {
-        self.send(epoch, format, Encoded::Bytes(snapshot), kind);
+        let mut writers = WriterWatermarks::default();
+        for (object, bytes) in std::mem::take(&mut self.restored) {
+            let read = StateSnapshot::read_batches(&object, &bytes, |batch| {
+                writers.record(object.vnodes, saved_watermark(&batch));
+                f(&batch, object.vnodes).map_err(Failed::Task)
+            });
+            match read {
+                Ok(()) => {}
+                Err(Failed::Task(e)) => return Err(e),
+                Err(Failed::Snapshot(source)) => {
+                    return Err(TaskError::Snapshot {
+                        stage: self.stage.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(writers)
     }
 
     /// Write `snapshot` in the background; once durable, acknowledge the

@@ -27,18 +27,31 @@
 //! frees), and the changes tracked for the next delta (keys live now, or
 //! in the last snapshot: a key added and removed between two snapshots
 //! is forgotten). So a task's keyed state holds at most about three times
-//! its `state_limit`, whatever the plugin does. It never does I/O and
-//! never calls the plugin.
+//! its `state_limit`, whatever the plugin does.
+//!
+//! With a memory budget (`state_memory`, [`KeyedState::spill_to`]) the
+//! values past it move to local disk ([`ColdValues`]), coldest first (a
+//! CLOCK sweep down to 3/4 of the budget: a value read or written since
+//! the last sweep gets a second chance), and come back on access; timers
+//! stay in memory. The list of changes for the next delta is then bounded
+//! by a quarter of the budget: past it, the next snapshot is whole,
+//! written a chunk at a time from memory and disk. A disk failure is
+//! remembered like a refusal and fails the call. That disk is the table's
+//! one I/O; it never calls the plugin.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch, UInt16Array,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Int64Array,
+    Int64Builder, RecordBatch, UInt16Array, UInt16Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema};
 
-use super::{KeyHasher, SnapshotKind, VnodeRange};
+use super::cold_values::{ColdEntry, ColdValues};
+use super::spill::FaultHook;
+use super::{KeyHasher, SnapshotKind, StateError, VnodeRange};
 
 /// The state format of a keyed step, checked on restore. Bump it when the
 /// snapshot's columns or their meaning change (2: delta snapshots).
@@ -81,6 +94,25 @@ pub struct StateLimitExceeded {
     pub in_journal: bool,
 }
 
+/// Why a change to the table failed: the state limit, or the local disk
+/// under a memory budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyedStateError {
+    /// The change would take the table past its limit.
+    #[error(transparent)]
+    Limit(#[from] StateLimitExceeded),
+    /// The local disk holding the values past `state_memory` failed.
+    #[error(
+        "{label}: the keyed state past its state_memory could not be kept on local disk: {message}"
+    )]
+    Disk {
+        /// The stage and task.
+        label: String,
+        /// What failed.
+        message: String,
+    },
+}
+
 /// Why a snapshot could not be read back into the table.
 #[derive(Debug, thiserror::Error)]
 #[error("keyed state snapshot: {0}")]
@@ -94,15 +126,47 @@ enum Undo {
     Timer(i64, Box<[u8]>, bool),
 }
 
+/// A value in memory, and whether it was used since the last sweep.
+struct Hot {
+    value: Box<[u8]>,
+    used: bool,
+}
+
+/// What a table with a memory budget adds (see the module docs).
+struct Spill {
+    cold: ColdValues,
+    budget: usize,
+    /// Bytes of the values in memory (counted like entries).
+    hot_bytes: usize,
+    /// Where the last sweep stopped.
+    hand: Option<Box<[u8]>>,
+    /// Bytes the list of changes may hold before the next snapshot must
+    /// be whole, and what it holds.
+    changed_cap: usize,
+    changed_bytes: usize,
+    /// The list passed its cap: it is dropped until the next snapshot,
+    /// which is whole.
+    overflowed: bool,
+    /// The stage and task, for the log and errors.
+    label: String,
+    /// The first spill was logged.
+    told: bool,
+}
+
+/// Bytes counted per key in the list of changes.
+const CHANGED_OVERHEAD: usize = 48;
+
 /// The keyed values and timers of one task.
 pub struct KeyedState {
-    values: BTreeMap<Box<[u8]>, Box<[u8]>>,
+    /// The values in memory (all of them without a budget).
+    values: BTreeMap<Box<[u8]>, Hot>,
     /// (time, key), in firing order, with the generation it was set in.
     timers: BTreeMap<(i64, Box<[u8]>), u64>,
     bytes: usize,
     limit: usize,
-    /// The first refused change since the last [`Self::take_refusal`].
-    refused: Option<StateLimitExceeded>,
+    /// The first refused or failed change since the last
+    /// [`Self::take_refusal`].
+    refused: Option<KeyedStateError>,
     /// Changes of the open call, oldest first (`None`: no call open).
     journal: Option<Vec<Undo>>,
     /// Bytes the journal holds (counted like entries).
@@ -118,6 +182,8 @@ pub struct KeyedState {
     /// Timers of the last saved snapshot removed since (in removal order;
     /// one may come back, as a newer timer).
     removed_timers: Vec<(i64, Box<[u8]>)>,
+    /// With a memory budget: the values past it, on local disk.
+    spill: Option<Spill>,
 }
 
 fn value_cost(key: &[u8], value: &[u8]) -> usize {
@@ -142,13 +208,191 @@ impl KeyedState {
             changed_values: HashMap::new(),
             generation: 0,
             removed_timers: Vec::new(),
+            spill: None,
         }
+    }
+
+    /// Keep about `budget` bytes of values in memory and the rest in a
+    /// new store in `dir` (removed with the table); `label` names the
+    /// stage and task, `fault` is called before each write to disk with
+    /// the number of snapshots saved. Call it on an empty table.
+    pub fn spill_to(
+        &mut self,
+        dir: &std::path::Path,
+        budget: usize,
+        label: String,
+        fault: Option<FaultHook>,
+    ) -> Result<(), StateError> {
+        let mut cold = ColdValues::open(dir)?;
+        if let Some(fault) = fault {
+            cold.set_fault_hook(fault);
+        }
+        let hot_bytes = self
+            .values
+            .iter()
+            .map(|(k, h)| value_cost(k, &h.value))
+            .sum();
+        self.spill = Some(Spill {
+            cold,
+            budget,
+            hot_bytes,
+            hand: None,
+            changed_cap: budget / 4,
+            changed_bytes: 0,
+            overflowed: false,
+            label,
+            told: false,
+        });
+        self.evict();
+        Ok(())
+    }
+
+    /// Values on local disk, and values written there and read back since
+    /// the table spilled (all zero without a budget).
+    pub fn spilled(&self) -> (usize, u64, u64) {
+        match &self.spill {
+            Some(s) => {
+                let (written, read) = s.cold.traffic();
+                (s.cold.len(), written, read)
+            }
+            None => (0, 0, 0),
+        }
+    }
+
+    /// Whether the next snapshot must be whole: too much changed to list
+    /// (under a memory budget).
+    pub fn needs_full(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.overflowed)
     }
 
     /// `key`'s value is about to change; it had one (`had`) before.
     fn value_changes(&mut self, key: &[u8], had: bool) {
-        if !self.changed_values.contains_key(key) {
-            self.changed_values.insert(key.into(), had);
+        if self.changed_values.contains_key(key) {
+            return;
+        }
+        if let Some(spill) = &mut self.spill {
+            if spill.overflowed {
+                return;
+            }
+            spill.changed_bytes += key.len() + CHANGED_OVERHEAD;
+            if spill.changed_bytes > spill.changed_cap {
+                // The next snapshot is whole: no list needed till then.
+                spill.overflowed = true;
+                self.changed_values = HashMap::new();
+                return;
+            }
+        }
+        self.changed_values.insert(key.into(), had);
+    }
+
+    /// Remember the first failure of the local disk.
+    fn fail(&mut self, e: StateError) {
+        let label = self
+            .spill
+            .as_ref()
+            .map(|s| s.label.clone())
+            .unwrap_or_default();
+        self.refused.get_or_insert(KeyedStateError::Disk {
+            label,
+            message: e.to_string(),
+        });
+    }
+
+    /// Put `value` in memory for `key` (not on disk), marked used.
+    fn hot_insert(&mut self, key: Box<[u8]>, value: Box<[u8]>) {
+        let (cost, key_len) = (value_cost(&key, &value), key.len());
+        let old = self.values.insert(key, Hot { value, used: true });
+        if let Some(spill) = &mut self.spill {
+            spill.hot_bytes += cost;
+            if let Some(old) = old {
+                spill.hot_bytes -= key_len + old.value.len() + ENTRY_OVERHEAD;
+            }
+        }
+    }
+
+    /// Take `key`'s value out of the table, from memory or disk.
+    fn take_value(&mut self, key: &[u8]) -> Option<Box<[u8]>> {
+        if let Some(hot) = self.values.remove(key) {
+            if let Some(spill) = &mut self.spill {
+                spill.hot_bytes -= value_cost(key, &hot.value);
+            }
+            return Some(hot.value);
+        }
+        let taken = self.spill.as_mut()?.cold.take(key);
+        taken.unwrap_or_else(|e| {
+            self.fail(e);
+            None
+        })
+    }
+
+    /// Under a budget, move the coldest values to disk until those in
+    /// memory take 3/4 of it (a CLOCK sweep from where the last stopped).
+    /// A failed write keeps them in memory and fails the call.
+    fn evict(&mut self) {
+        use std::ops::Bound;
+        let Some(spill) = &mut self.spill else {
+            return;
+        };
+        if spill.hot_bytes <= spill.budget {
+            return;
+        }
+        let need = spill.hot_bytes - spill.budget / 4 * 3;
+        let mut freed = 0;
+        let mut cold: Vec<ColdEntry> = Vec::new();
+        // Two passes at most: the first clears every used mark it passes.
+        for _ in 0..3 {
+            let from = match spill.hand.take() {
+                Some(hand) => Bound::Excluded(hand),
+                None => Bound::Unbounded,
+            };
+            let mut chosen = Vec::new();
+            let mut stopped = None;
+            for (key, hot) in self
+                .values
+                .range_mut::<[u8], _>((from.as_ref().map(|k| k.as_ref()), Bound::Unbounded))
+            {
+                if freed >= need {
+                    stopped = Some(key.clone());
+                    break;
+                }
+                if std::mem::take(&mut hot.used) {
+                    continue;
+                }
+                freed += value_cost(key, &hot.value);
+                chosen.push(key.clone());
+            }
+            for key in chosen {
+                if let Some(hot) = self.values.remove(&key) {
+                    cold.push((key, hot.value));
+                }
+            }
+            spill.hand = stopped;
+            if freed >= need {
+                break;
+            }
+        }
+        if cold.is_empty() {
+            return;
+        }
+        match spill.cold.put_all(&cold, self.generation) {
+            Ok(()) => {
+                spill.hot_bytes -= freed;
+                if !spill.told {
+                    spill.told = true;
+                    tracing::info!(
+                        "{}: the keyed state passed its state_memory of {}: the coldest values go to local disk",
+                        spill.label,
+                        crate::topology::format_size(spill.budget as u64)
+                    );
+                }
+            }
+            Err(e) => {
+                // Nothing is lost: the values stay in memory.
+                for (key, value) in cold {
+                    self.values.insert(key, Hot { value, used: false });
+                }
+                self.fail(e);
+            }
         }
     }
 
@@ -165,9 +409,9 @@ impl KeyedState {
         self.bytes
     }
 
-    /// Keys with a value.
+    /// Keys with a value (in memory and on disk).
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.values.len() + self.spill.as_ref().map_or(0, |s| s.cold.len())
     }
 
     /// Keys whose value changed since the last saved snapshot.
@@ -177,7 +421,7 @@ impl KeyedState {
 
     /// Whether no key has a value and no timer is set.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.timers.is_empty()
+        self.len() == 0 && self.timers.is_empty()
     }
 
     /// Timers set.
@@ -185,9 +429,17 @@ impl KeyedState {
         self.timers.len()
     }
 
-    /// The value of `key`.
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.values.get(key).map(|v| v.as_ref())
+    /// The value of `key` (one on disk comes back to memory).
+    pub fn get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        if let Some(hot) = self.values.get_mut(key) {
+            hot.used = true;
+            return Some(hot.value.to_vec());
+        }
+        let value = self.take_value(key)?;
+        let copy = value.to_vec();
+        self.hot_insert(key.into(), value);
+        self.evict();
+        Some(copy)
     }
 
     /// Take `add` bytes more and `free` fewer for the table, and `undo`
@@ -213,7 +465,7 @@ impl KeyedState {
             None
         };
         if let Some(refusal) = refusal {
-            self.refused.get_or_insert_with(|| refusal.clone());
+            self.refused.get_or_insert_with(|| refusal.clone().into());
             return Err(refusal);
         }
         self.bytes = after;
@@ -234,23 +486,26 @@ impl KeyedState {
 
     /// Keep `value` for `key`.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), StateLimitExceeded> {
-        let old = self
-            .values
-            .get(key)
-            .map(|v| value_cost(key, v))
-            .unwrap_or(0);
+        let previous = self.take_value(key);
+        let old = previous.as_ref().map_or(0, |v| value_cost(key, v));
         // The journal keeps the replaced value (or notes there was none).
         let undo = if old > 0 { old } else { value_cost(key, &[]) };
-        self.admit(value_cost(key, value), old, undo)?;
+        if let Err(refusal) = self.admit(value_cost(key, value), old, undo) {
+            if let Some(previous) = previous {
+                self.hot_insert(key.into(), previous);
+            }
+            return Err(refusal);
+        }
         self.value_changes(key, old > 0);
-        let previous = self.values.insert(key.into(), value.into());
+        self.hot_insert(key.into(), value.into());
         self.journal(Undo::Value(key.into(), previous), 0);
+        self.evict();
         Ok(())
     }
 
     /// Forget the value of `key`.
     pub fn delete(&mut self, key: &[u8]) {
-        if let Some(previous) = self.values.remove(key) {
+        if let Some(previous) = self.take_value(key) {
             // A key that was not in the last snapshot and is gone again
             // is in no delta: forget it, so that adding and removing keys
             // between snapshots cannot grow what is tracked.
@@ -267,18 +522,32 @@ impl KeyedState {
         }
     }
 
-    /// Up to `limit` keys with a value after `after`, in byte order.
-    pub fn scan(&self, after: Option<&[u8]>, limit: usize) -> Vec<Vec<u8>> {
+    /// Up to `limit` keys with a value after `after`, in byte order (in
+    /// memory and on disk).
+    pub fn scan(&mut self, after: Option<&[u8]>, limit: usize) -> Vec<Vec<u8>> {
         use std::ops::Bound;
         let from = match after {
             Some(a) => Bound::Excluded(a),
             None => Bound::Unbounded,
         };
-        self.values
-            .range::<[u8], _>((from, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, _)| k.to_vec())
-            .collect()
+        let hot = self.values.range::<[u8], _>((from, Bound::Unbounded));
+        let hot = hot.map(|(k, _)| Ok(k.to_vec()));
+        let keys = match &self.spill {
+            Some(spill) => {
+                let cold = spill
+                    .cold
+                    .after(after)
+                    .map(|e| e.map(|(k, _)| k.into_vec()));
+                merge_in_order(hot, cold)
+                    .take(limit)
+                    .collect::<Result<Vec<_>, _>>()
+            }
+            None => hot.take(limit).collect(),
+        };
+        keys.unwrap_or_else(|e| {
+            self.fail(e);
+            Vec::new()
+        })
     }
 
     /// Set a timer for `key` at `time` (set already: nothing changes).
@@ -308,9 +577,14 @@ impl KeyedState {
     /// (a row at the watermark's own time may still arrive), in firing
     /// order. Part of the open call's journal, if one is open.
     pub fn take_due(&mut self, watermark: i64) -> Vec<(Box<[u8]>, i64)> {
+        self.take_due_at_most(watermark, usize::MAX)
+    }
+
+    /// [`Self::take_due`], the first `at_most` only.
+    pub fn take_due_at_most(&mut self, watermark: i64, at_most: usize) -> Vec<(Box<[u8]>, i64)> {
         let mut due = Vec::new();
         while let Some(((first, _), _)) = self.timers.first_key_value() {
-            if *first >= watermark {
+            if *first >= watermark || due.len() >= at_most {
                 break;
             }
             let Some(((time, key), generation)) = self.timers.pop_first() else {
@@ -346,14 +620,14 @@ impl KeyedState {
         for undo in journal.into_iter().rev() {
             match undo {
                 Undo::Value(key, previous) => {
-                    let had = self.values.contains_key(&key);
-                    self.value_changes(&key, had);
-                    if let Some(now) = self.values.remove(&key) {
+                    let now = self.take_value(&key);
+                    self.value_changes(&key, now.is_some());
+                    if let Some(now) = now {
                         self.bytes = self.bytes.saturating_sub(value_cost(&key, &now));
                     }
                     if let Some(previous) = previous {
                         self.bytes += value_cost(&key, &previous);
-                        self.values.insert(key, previous);
+                        self.hot_insert(key, previous);
                     }
                 }
                 Undo::Timer(time, key, was_absent) => {
@@ -374,8 +648,10 @@ impl KeyedState {
         }
     }
 
-    /// The first change refused since the last call of this, if any.
-    pub fn take_refusal(&mut self) -> Option<StateLimitExceeded> {
+    /// The first change refused (or failed on disk) since the last call of
+    /// this, if any.
+    pub fn take_refusal(&mut self) -> Option<KeyedStateError> {
+        self.evict();
         self.refused.take()
     }
 
@@ -395,43 +671,98 @@ impl KeyedState {
         Schema::new(fields)
     }
 
-    /// The columns of [`Self::snapshot_schema`]: every value and timer
-    /// (`Full`), or what changed since [`Self::mark_saved`] (`Delta`).
-    pub fn snapshot_columns(&self, kind: SnapshotKind) -> Vec<ArrayRef> {
+    /// The snapshot of `kind` as `f` takes it: columns of
+    /// [`Self::snapshot_schema`], at most `chunk` rows at a time — every
+    /// value (from memory and disk, merged in key order) and timer
+    /// (`Full`), or what changed since [`Self::mark_saved`] (`Delta`) — so
+    /// a snapshot of values larger than memory is never whole in memory.
+    /// A delta is refused when [`Self::needs_full`].
+    pub fn snapshot_chunks<E: From<StateError>>(
+        &self,
+        kind: SnapshotKind,
+        chunk: usize,
+        mut f: impl FnMut(Vec<ArrayRef>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if kind == SnapshotKind::Delta && self.needs_full() {
+            return Err(StateError::Value(
+                "too much changed since the last snapshot to write only the changes: write it whole"
+                    .into(),
+            )
+            .into());
+        }
+        let chunk = chunk.max(1);
         let mut rows = SnapshotRows::default();
+        let mut sent = false;
+        let mut emit = |rows: &mut SnapshotRows, last: bool| -> Result<(), E> {
+            if rows.len >= chunk || (last && (rows.len > 0 || !sent)) {
+                sent = true;
+                f(std::mem::take(rows).columns(kind))?;
+            }
+            Ok(())
+        };
         match kind {
             SnapshotKind::Full => {
-                for (key, value) in &self.values {
-                    rows.push(key, Some(value), None, false);
+                let hot = self
+                    .values
+                    .iter()
+                    .map(|(k, h)| Ok((Cow::Borrowed(k.as_ref()), Cow::Borrowed(h.value.as_ref()))));
+                let cold = self.spill.iter().flat_map(|spill| {
+                    spill.cold.after(None).map(|e| {
+                        e.map(|(k, v)| (Cow::Owned(k.into_vec()), Cow::Owned(v.into_vec())))
+                    })
+                });
+                for entry in merge_in_order(hot, cold) {
+                    let (key, value) = entry?;
+                    rows.push(&key, Some(&value), None, false);
+                    emit(&mut rows, false)?;
                 }
                 for (time, key) in self.timers.keys() {
                     rows.push(key, None, Some(*time), false);
+                    emit(&mut rows, false)?;
                 }
             }
             SnapshotKind::Delta => {
                 for (key, had) in &self.changed_values {
-                    match self.values.get(key) {
-                        Some(value) => rows.push(key, Some(value), None, false),
+                    match self.peek(key)? {
+                        Some(value) => rows.push(key, Some(&value), None, false),
                         None if *had => rows.push(key, None, None, true),
                         None => {}
                     }
+                    emit(&mut rows, false)?;
                 }
                 // Removals first: a timer removed and set again is both.
                 for (time, key) in &self.removed_timers {
                     rows.push(key, None, Some(*time), true);
+                    emit(&mut rows, false)?;
                 }
                 for ((time, key), generation) in &self.timers {
                     if *generation == self.generation {
                         rows.push(key, None, Some(*time), false);
+                        emit(&mut rows, false)?;
                     }
                 }
             }
         }
-        rows.columns(kind)
+        emit(&mut rows, true)
+    }
+
+    /// The value of `key` as it is, in memory or on disk (where it stays).
+    fn peek(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, StateError> {
+        if let Some(hot) = self.values.get(key) {
+            return Ok(Some(Cow::Borrowed(hot.value.as_ref())));
+        }
+        match &self.spill {
+            Some(spill) => Ok(spill.cold.get(key)?.map(|v| Cow::Owned(v.into_vec()))),
+            None => Ok(None),
+        }
     }
 
     /// The state as it is now was saved: later deltas start from here.
     pub fn mark_saved(&mut self) {
+        if let Some(spill) = &mut self.spill {
+            spill.changed_bytes = 0;
+            spill.overflowed = false;
+        }
         self.changed_values.clear();
         self.removed_timers.clear();
         self.generation += 1;
@@ -489,7 +820,9 @@ impl KeyedState {
             };
             result.map_err(|e| KeyedRestoreError(e.to_string()))?;
         }
-        self.refused = None;
+        if let Some(failed @ KeyedStateError::Disk { .. }) = self.refused.take() {
+            return Err(KeyedRestoreError(failed.to_string()));
+        }
         // What was restored is saved already.
         self.mark_saved();
         Ok(())
@@ -498,47 +831,92 @@ impl KeyedState {
 
 /// Snapshot rows being collected.
 #[derive(Default)]
-struct SnapshotRows<'a> {
-    vnodes: Vec<u16>,
-    keys: Vec<&'a [u8]>,
-    values: Vec<Option<&'a [u8]>>,
-    timers: Vec<Option<i64>>,
-    deleted: Vec<bool>,
+struct SnapshotRows {
+    vnodes: UInt16Builder,
+    keys: BinaryBuilder,
+    values: BinaryBuilder,
+    timers: Int64Builder,
+    deleted: BooleanBuilder,
+    len: usize,
 }
 
-impl<'a> SnapshotRows<'a> {
-    fn push(&mut self, key: &'a [u8], value: Option<&'a [u8]>, timer: Option<i64>, deleted: bool) {
-        self.vnodes.push(KeyHasher::vnode_of(key));
-        self.keys.push(key);
-        self.values.push(value);
-        self.timers.push(timer);
-        self.deleted.push(deleted);
+impl SnapshotRows {
+    fn push(&mut self, key: &[u8], value: Option<&[u8]>, timer: Option<i64>, deleted: bool) {
+        self.vnodes.append_value(KeyHasher::vnode_of(key));
+        self.keys.append_value(key);
+        self.values.append_option(value);
+        self.timers.append_option(timer);
+        self.deleted.append_value(deleted);
+        self.len += 1;
     }
 
-    fn columns(self, kind: SnapshotKind) -> Vec<ArrayRef> {
+    fn columns(mut self, kind: SnapshotKind) -> Vec<ArrayRef> {
         let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt16Array::from(self.vnodes)),
-            Arc::new(BinaryArray::from_vec(self.keys)),
-            Arc::new(BinaryArray::from_opt_vec(self.values)),
-            Arc::new(Int64Array::from(self.timers)),
+            Arc::new(self.vnodes.finish()),
+            Arc::new(self.keys.finish()),
+            Arc::new(self.values.finish()),
+            Arc::new(self.timers.finish()),
         ];
         if kind == SnapshotKind::Delta {
-            columns.push(Arc::new(BooleanArray::from(self.deleted)));
+            columns.push(Arc::new(self.deleted.finish()));
         }
         columns
     }
+}
+
+/// An entry read in key order: its key.
+trait InOrder {
+    fn key(&self) -> &[u8];
+}
+
+impl InOrder for Vec<u8> {
+    fn key(&self) -> &[u8] {
+        self
+    }
+}
+
+impl InOrder for (Cow<'_, [u8]>, Cow<'_, [u8]>) {
+    fn key(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The entries of `a` and `b`, each in key order and with no key in both,
+/// in key order (an error comes as soon as it is met).
+fn merge_in_order<T: InOrder>(
+    a: impl Iterator<Item = Result<T, StateError>>,
+    b: impl Iterator<Item = Result<T, StateError>>,
+) -> impl Iterator<Item = Result<T, StateError>> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || {
+        let from_a = match (a.peek(), b.peek()) {
+            (None, None) => return None,
+            (Some(_), None) | (Some(Err(_)), _) => true,
+            (None, Some(_)) | (_, Some(Err(_))) => false,
+            (Some(Ok(x)), Some(Ok(y))) => x.key() <= y.key(),
+        };
+        if from_a { a.next() } else { b.next() }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The snapshot of `kind` in one batch (written 7 rows a chunk, so
+    /// that chunking is exercised).
     fn snapshot(state: &KeyedState, kind: SnapshotKind) -> RecordBatch {
-        RecordBatch::try_new(
-            Arc::new(KeyedState::snapshot_schema(kind)),
-            state.snapshot_columns(kind),
-        )
-        .expect("snapshot batch")
+        let schema = Arc::new(KeyedState::snapshot_schema(kind));
+        let mut chunks = Vec::new();
+        state
+            .snapshot_chunks(kind, 7, |columns| {
+                assert!(columns[0].len() <= 7, "a chunk of {}", columns[0].len());
+                chunks.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+                Ok::<(), StateError>(())
+            })
+            .expect("snapshot");
+        assert!(!chunks.is_empty(), "at least one chunk");
+        arrow::compute::concat_batches(&schema, &chunks).expect("snapshot batch")
     }
 
     fn batch_of(state: &KeyedState) -> RecordBatch {
@@ -550,14 +928,19 @@ mod tests {
 
     /// Every value and timer, to compare two tables.
     fn contents(state: &KeyedState) -> Contents {
-        (
-            state
-                .values
-                .iter()
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .collect(),
-            state.timers.keys().map(|(t, k)| (*t, k.to_vec())).collect(),
-        )
+        let batch = batch_of(state);
+        let column = |i: usize| batch.column(i).as_any();
+        let keys = column(1).downcast_ref::<BinaryArray>().expect("keys");
+        let values = column(2).downcast_ref::<BinaryArray>().expect("values");
+        let timers = column(3).downcast_ref::<Int64Array>().expect("timers");
+        let (mut kept, mut set) = (Vec::new(), Vec::new());
+        for r in 0..batch.num_rows() {
+            match values.is_valid(r) {
+                true => kept.push((keys.value(r).to_vec(), values.value(r).to_vec())),
+                false => set.push((timers.value(r), keys.value(r).to_vec())),
+            }
+        }
+        (kept, set)
     }
 
     /// Re-putting one key with an 8 MiB value inside one call kept every
@@ -579,7 +962,7 @@ mod tests {
         assert!(refusal.in_journal, "{refusal}");
         assert!(refusal.to_string().contains("undo journal"), "{refusal}");
         assert!(state.journal_bytes <= 16 << 20);
-        assert_eq!(state.take_refusal(), Some(refusal));
+        assert_eq!(state.take_refusal(), Some(refusal.into()));
         state.rollback();
         assert!(state.get(b"k").is_none(), "the call is undone");
         assert_eq!((state.bytes(), state.journal_bytes), (0, 0));
@@ -773,7 +1156,7 @@ mod tests {
             } else {
                 &mut right
             };
-            assert_eq!(owner.get(&key), Some(&[i as u8; 3][..]));
+            assert_eq!(owner.get(&key), Some(vec![i as u8; 3]));
         }
         let mut whole = KeyedState::new(1 << 20);
         whole.restore(&batch, VnodeRange::all()).expect("whole");
@@ -811,6 +1194,33 @@ mod tests {
         assert_eq!(state.bytes(), 0);
     }
 
+    /// Due timers taken a few at a time come in the same order as all at
+    /// once, each once, and never one at or past the watermark.
+    #[test]
+    fn due_timers_taken_at_most_n_at_a_time_keep_their_order() {
+        let mut whole = KeyedState::new(1 << 20);
+        let mut parts = KeyedState::new(1 << 20);
+        for i in 0..20u8 {
+            for state in [&mut whole, &mut parts] {
+                state.set_timer(&[i % 7], i64::from(i % 5)).expect("timer");
+            }
+        }
+        let all = whole.take_due(4);
+        let mut taken = Vec::new();
+        loop {
+            let part = parts.take_due_at_most(4, 3);
+            assert!(part.len() <= 3);
+            let last = part.len() < 3;
+            taken.extend(part);
+            if last {
+                break;
+            }
+        }
+        assert!(!all.is_empty() && all.iter().all(|(_, t)| *t < 4));
+        assert_eq!(taken, all);
+        assert_eq!(parts.timer_count(), whole.timer_count());
+    }
+
     #[test]
     fn a_rolled_back_call_leaves_the_state_as_it_was() {
         let mut state = KeyedState::new(1 << 20);
@@ -830,7 +1240,7 @@ mod tests {
         state.put(b"k", b"kept").expect("put");
         state.commit();
         state.rollback();
-        assert_eq!(state.get(b"k"), Some(&b"kept"[..]));
+        assert_eq!(state.get(b"k"), Some(b"kept".to_vec()));
     }
 
     #[test]
@@ -845,10 +1255,177 @@ mod tests {
         );
         assert!(state.get(b"b").is_none());
         state.put(b"a", &[0; 10]).expect("shrinking always fits");
-        assert_eq!(state.take_refusal(), Some(err));
+        assert_eq!(state.take_refusal(), Some(err.into()));
         assert_eq!(state.take_refusal(), None);
         let mut small = KeyedState::new(50);
         let restored = small.restore(&batch_of(&state), VnodeRange::all());
         assert!(restored.is_err(), "a snapshot larger than the limit");
+    }
+
+    /// A table with a budget of a few values.
+    fn budgeted(dir: &std::path::Path, budget: usize, fault: Option<FaultHook>) -> KeyedState {
+        let mut state = KeyedState::new(1 << 24);
+        state
+            .spill_to(&dir.join("cold"), budget, "stage `s` task 0".into(), fault)
+            .expect("spill store");
+        state
+    }
+
+    /// Random calls on a table whose values mostly live on disk, and the
+    /// same calls on one all in memory: every read answers the same, the
+    /// memory in use stays near the budget, and each epoch's snapshot
+    /// (whole, or a delta unless too much changed) restores — into a
+    /// budgeted table and into one in memory — what the model holds.
+    #[test]
+    fn a_budgeted_table_answers_and_restores_like_one_in_memory() {
+        let dir = tempfile::tempdir().expect("dir");
+        let budget = 3000;
+        let mut state = budgeted(dir.path(), budget, None);
+        let mut model = KeyedState::new(1 << 24);
+        let mut next = crate::state::seeded(0x5eed);
+        let mut chain: Vec<RecordBatch> = Vec::new();
+        let (mut deltas, mut wholes) = (0, 0);
+        for epoch in 0..30 {
+            // Most epochs change a few keys (a delta); some, more than a
+            // quarter of the budget can list (whole).
+            let ops = if epoch % 3 == 0 { 150 } else { 8 };
+            for _ in 0..ops {
+                let key = (next(300) as u32).to_be_bytes();
+                let value = vec![next(250) as u8; 1 + next(40) as usize];
+                let call = next(2) == 0;
+                for table in [&mut state, &mut model] {
+                    if call {
+                        table.begin();
+                    }
+                }
+                let op = next(9);
+                let (t, a) = (next(1000) as i64, next(300) as u32);
+                for table in [&mut state, &mut model] {
+                    match op {
+                        0..=2 => table.put(&key, &value).expect("put"),
+                        3 => table.delete(&key),
+                        4 => table.set_timer(&key, t).expect("timer"),
+                        5 => table.cancel_timer(&key, t),
+                        6 => {
+                            table.take_due(t / 8);
+                        }
+                        _ => {}
+                    }
+                }
+                assert_eq!(state.get(&key), model.get(&key), "get after op {op}");
+                let after = a.to_be_bytes();
+                assert_eq!(state.scan(Some(&after), 5), model.scan(Some(&after), 5));
+                let undo = call && next(3) == 0;
+                for table in [&mut state, &mut model] {
+                    match (call, undo) {
+                        (true, true) => table.rollback(),
+                        (true, false) => table.commit(),
+                        _ => {}
+                    }
+                }
+                assert_eq!(state.take_refusal(), None);
+                let hot = state.spill.as_ref().map_or(0, |s| s.hot_bytes);
+                assert!(hot <= budget, "{hot} bytes in memory, budget {budget}");
+                assert_eq!((state.len(), state.bytes()), (model.len(), model.bytes()));
+            }
+            let kind = match state.needs_full() || epoch % 10 == 0 {
+                true => {
+                    chain.clear();
+                    wholes += 1;
+                    SnapshotKind::Full
+                }
+                false => {
+                    deltas += 1;
+                    SnapshotKind::Delta
+                }
+            };
+            chain.push(snapshot(&state, kind));
+            state.mark_saved();
+            model.mark_saved();
+            let restored_dir = tempfile::tempdir().expect("dir");
+            let mut on_disk = budgeted(restored_dir.path(), budget, None);
+            let mut in_memory = KeyedState::new(1 << 24);
+            for batch in &chain {
+                on_disk.restore(batch, VnodeRange::all()).expect("restore");
+                in_memory
+                    .restore(batch, VnodeRange::all())
+                    .expect("restore");
+            }
+            assert_eq!(contents(&on_disk), contents(&model), "epoch {epoch}");
+            assert_eq!(contents(&in_memory), contents(&model), "epoch {epoch}");
+            assert!(on_disk.spilled().0 > 0, "the restore spilled");
+        }
+        let (on_disk, written, read) = state.spilled();
+        assert!(
+            on_disk > state.len() / 2,
+            "{on_disk} of {} on disk",
+            state.len()
+        );
+        assert!(written > 0 && read > 0, "{written} written, {read} read");
+        assert!(deltas > 0 && wholes > 1, "{deltas} deltas, {wholes} whole");
+    }
+
+    /// Past a quarter of the budget of changed keys, the list is dropped
+    /// and the next snapshot must be whole; a delta is refused till then.
+    #[test]
+    fn too_many_changes_under_a_budget_make_the_next_snapshot_whole() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut state = budgeted(dir.path(), 4096, None);
+        state.mark_saved();
+        for i in 0..10u32 {
+            state.put(&i.to_be_bytes(), b"v").expect("put");
+        }
+        assert!(!state.needs_full(), "10 changes fit a quarter of 4 KiB");
+        for i in 10..100u32 {
+            state.put(&i.to_be_bytes(), b"v").expect("put");
+        }
+        assert!(state.needs_full());
+        assert!(state.changed_values.is_empty(), "the list is dropped");
+        let refused = state.snapshot_chunks(SnapshotKind::Delta, 64, |_| Ok::<(), StateError>(()));
+        assert!(
+            refused
+                .expect_err("a delta")
+                .to_string()
+                .contains("write it whole")
+        );
+        assert_eq!(batch_of(&state).num_rows(), 100);
+        state.mark_saved();
+        assert!(!state.needs_full());
+    }
+
+    /// A write to disk that fails keeps the values in memory and is
+    /// reported once, naming the stage, task and disk; later writes work.
+    #[test]
+    fn a_failed_write_to_disk_loses_nothing_and_fails_the_call() {
+        let dir = tempfile::tempdir().expect("dir");
+        let fault: FaultHook = Box::new(|round| match round {
+            0 => Err("injected disk failure".into()),
+            _ => Ok(()),
+        });
+        let mut state = budgeted(dir.path(), 2048, Some(fault));
+        state.begin();
+        for i in 0..100u32 {
+            state.put(&i.to_be_bytes(), b"value").expect("put");
+        }
+        state.commit();
+        let failed = state.take_refusal().expect("the failure is reported");
+        let text = failed.to_string();
+        assert!(
+            text.contains("stage `s` task 0") && text.contains("injected disk failure"),
+            "{text}"
+        );
+        assert_eq!(state.spilled().0, 0, "nothing went to disk");
+        for i in 0..100u32 {
+            assert_eq!(state.get(&i.to_be_bytes()), Some(b"value".to_vec()));
+        }
+        state.mark_saved();
+        state.put(b"more", b"value").expect("put");
+        assert_eq!(state.take_refusal(), None);
+        assert!(
+            state.spilled().0 > 50,
+            "round 1 writes: {:?}",
+            state.spilled()
+        );
+        assert_eq!(state.len(), 101);
     }
 }

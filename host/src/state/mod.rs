@@ -13,9 +13,11 @@
 //!
 //! This module never writes or reads the epoch store (the runtime hands
 //! it the bytes encoded here) and operators decide what their state is;
-//! its one I/O is the local disk under a state table with a memory budget
-//! (`spill.rs`), a cache that a restart rebuilds.
+//! its one I/O is the local disk under a state table or a keyed step's
+//! state with a memory budget (`spill.rs`, `cold_values.rs`), a cache that
+//! a restart rebuilds.
 
+mod cold_values;
 mod keyed;
 mod snapshot;
 mod spill;
@@ -24,13 +26,14 @@ mod vnode;
 mod writers;
 
 pub use keyed::{
-    KEYED_STATE_FORMAT, KEYED_STATE_FORMAT_V1, KeyedRestoreError, KeyedState, StateLimitExceeded,
-    keyed_format,
+    KEYED_STATE_FORMAT, KEYED_STATE_FORMAT_V1, KeyedRestoreError, KeyedState, KeyedStateError,
+    StateLimitExceeded, keyed_format,
 };
 
 pub use snapshot::{
     SavedObject, SnapshotError, SnapshotWriter, SpooledSnapshot, StateObject, StateSnapshot,
 };
+pub use spill::FaultHook;
 pub use table::{SnapshotKind, StateError, StateFormat, StateTable, ValueCodec, ValueRows, named};
 pub use vnode::{KeyHasher, VNODE_COUNT, VnodeRange};
 pub use writers::WriterWatermarks;

@@ -140,6 +140,32 @@ impl std::fmt::Debug for SpillStore {
     }
 }
 
+/// A new fjall database in `dir` for a task's cold state: temporary
+/// (deleted when it drops), never synced, one worker thread.
+pub(super) fn open_cache(dir: &Path) -> Result<fjall::Database, StateError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| spill_error(&format!("creating {}", dir.display()), e))?;
+    fjall::Database::builder(dir)
+        .temporary(true)
+        .manual_journal_persist(true)
+        .worker_threads(1)
+        .cache_size(CACHE_BYTES)
+        .open()
+        .map_err(|e| spill_error(&format!("opening {}", dir.display()), e))
+}
+
+/// Keyspace options with filters and indexes pinned in memory on every
+/// level (about two bytes a key): a lookup of a key that is not on disk
+/// (a new key: most lookups) then reads nothing, where unpinned ones were
+/// read and checksummed per lookup (perf: 55% of a spilling aggregate's
+/// time).
+pub(super) fn pinned(memtable: u64) -> fjall::KeyspaceCreateOptions {
+    fjall::KeyspaceCreateOptions::default()
+        .max_memtable_size(memtable)
+        .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
+        .index_block_pinning_policy(fjall::config::PinningPolicy::all(true))
+}
+
 fn spill_error(action: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Spill(format!("{action}: {e}"))
 }
@@ -192,8 +218,6 @@ impl SpillStore {
     /// A new, empty store in `dir` (created; removed when the store drops)
     /// for values of the snapshot columns `fields`.
     pub fn open(dir: &Path, fields: &[Field]) -> Result<Self, StateError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| spill_error(&format!("creating {}", dir.display()), e))?;
         let converter = RowConverter::new(
             fields
                 .iter()
@@ -201,25 +225,9 @@ impl SpillStore {
                 .collect(),
         )
         .map_err(|e| spill_error("encoding the state's values as rows", e))?;
-        let db = fjall::Database::builder(dir)
-            .temporary(true)
-            .manual_journal_persist(true)
-            .worker_threads(1)
-            .cache_size(CACHE_BYTES)
-            .open()
-            .map_err(|e| spill_error(&format!("opening {}", dir.display()), e))?;
+        let db = open_cache(dir)?;
         let entries = db
-            .keyspace("entries", || {
-                // Filters and indexes pinned in memory on every level (about
-                // two bytes a key): a lookup of a key that is not on disk (a
-                // new key: most lookups) then reads nothing, where unpinned
-                // ones were read and checksummed per lookup (perf: 55% of a
-                // spilling aggregate's time).
-                fjall::KeyspaceCreateOptions::default()
-                    .max_memtable_size(MEMTABLE_BYTES)
-                    .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
-                    .index_block_pinning_policy(fjall::config::PinningPolicy::all(true))
-            })
+            .keyspace("entries", || pinned(MEMTABLE_BYTES))
             .map_err(|e| spill_error(&format!("opening {}", dir.display()), e))?;
         let changed = db
             .keyspace("changed", || {

@@ -793,7 +793,8 @@ allow_write = ["az://c/out"]"#,
     }
 
     #[test]
-    fn state_memory_is_a_size_on_native_stages_refused_on_plugins_and_below_1mib() {
+    fn state_memory_is_a_size_on_native_stages_and_keyed_steps_refused_on_other_plugins_and_below_1mib()
+     {
         let topology = |stage: &str| {
             format!(
                 "[sources.s]\nplugin = \"generator\"\n[stages.t]\ninput = \"s\"\n{stage}\n[sinks.k]\ninput = \"t\"\nplugin = \"blackhole-sink\"\n"
@@ -804,6 +805,14 @@ allow_write = ["az://c/out"]"#,
         assert_eq!(t.stages[0].state_memory, None, "all in memory by default");
         let t = parse(&topology(&format!("{grouped}\nstate_memory = \"64MiB\""))).expect("valid");
         assert_eq!(t.stages[0].state_memory, Some(64 << 20));
+        // A keyed step keeps state: its values take the budget.
+        let keyed = "plugin = \"velocity-check\"\nkey = [\"seq\"]\nconfig = { key_column = \"seq\", time = \"t\", within = \"1s\", max_events = 2 }\nstate_memory = \"8MiB\"";
+        let keyed = topology(keyed).replace(
+            "plugin = \"generator\"\n",
+            "plugin = \"generator\"\nwatermark = { column = \"t\" }\n",
+        );
+        let t = parse(&keyed).expect("a keyed step takes state_memory");
+        assert_eq!(t.stages[0].state_memory, Some(8 << 20));
         for (stage, says) in [
             (
                 format!("{grouped}\nstate_memory = \"512KiB\""),
@@ -815,7 +824,7 @@ allow_write = ["az://c/out"]"#,
             ),
             (
                 "plugin = \"pii-redactor\"\nstate_memory = \"64MiB\"".to_string(),
-                "a keyed step's state is bounded by `state_limit`",
+                "this plugin step keeps none",
             ),
         ] {
             let err = parse(&topology(&stage)).expect_err("invalid").to_string();

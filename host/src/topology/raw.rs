@@ -574,8 +574,9 @@ fn read_stage(
     })
 }
 
-/// `state_memory = "1GiB"` on a native stage: bytes of state each task
-/// keeps in memory before the coldest goes to local disk. `Some(None)`
+/// `state_memory = "1GiB"` on a native stateful stage or a keyed step:
+/// bytes of state each task keeps in memory before the coldest goes to
+/// local disk. `Some(None)`
 /// when absent, `None` when refused.
 fn state_memory(
     ctx: &Ctx<'_>,
@@ -591,10 +592,11 @@ fn state_memory(
         errors.push(ctx.map.at_key(&at, message));
         None
     };
-    if node.plugin.is_some() || node.path.is_some() {
+    // A plugin stage keeps state only as a keyed step (with `key`).
+    if (node.plugin.is_some() || node.path.is_some()) && node.key.is_none() {
         return refuse(
             errors,
-            "`state_memory` budgets the state of native stages (windows, sessions, top-N, joins, SQL GROUP BY); a keyed step's state is bounded by `state_limit`".into(),
+            "`state_memory` budgets the state a stage keeps: native stateful stages (windows, sessions, top-N, joins, SQL GROUP BY) and keyed steps (a plugin stage with `key = [\"…\"]`); this plugin step keeps none".into(),
         );
     }
     match parse_size(&text) {

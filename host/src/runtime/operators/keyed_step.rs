@@ -5,8 +5,9 @@
 //!
 //! Batches go through [`WasmStep`] (poison rows and traps are isolated as
 //! for any step; the state changes of a failed call are undone there).
-//! When the task's watermark advances, the timers it passed fire in one
-//! `on-timers` call and its rows flow on. Its snapshots are incremental
+//! When the task's watermark advances, the timers it passed fire in
+//! `on-timers` calls of at most [`TIMERS_PER_CALL`], in time order, and
+//! their rows flow on. Its snapshots are incremental
 //! like the native operators': a delta of the keys and timers that changed,
 //! whole every `checkpoint.full_every` epochs. This operator never interprets
 //! the plugin's values: they are bytes.
@@ -16,10 +17,14 @@ use arrow::array::RecordBatch;
 use super::WasmStep;
 use super::rows::advance;
 use crate::plugin::StepInstance;
+use crate::runtime::checkpoint::KeyedCheckpoint;
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
-use crate::state::KeyedState;
+
+/// Timers one `on-timers` call gets at most: a watermark that passes
+/// more fires them in several calls, in time order.
+const TIMERS_PER_CALL: usize = 8192;
 
 /// The operator of one keyed step task.
 pub struct KeyedWasmStep {
@@ -45,31 +50,42 @@ impl KeyedWasmStep {
             watermark: None,
             ctx,
         };
-        let (batches, writers) = op.ctx.take_restored()?;
-        op.watermark = writers.lowest();
-        let vnodes = op.ctx.vnodes;
-        for (batch, _) in &batches {
-            let restored = op.state()?.restore(batch, vnodes);
-            restored.map_err(|source| TaskError::KeyedRestore {
-                stage: stage.to_string(),
-                source,
-            })?;
+        // The budget first: a restore larger than it spills as it goes.
+        let ctx = &mut op.ctx;
+        if let Some(state) = op.step.instance_mut().keyed_state() {
+            ctx.budget_keyed(state)?;
         }
+        let vnodes = op.ctx.vnodes;
+        let step = &mut op.step;
+        let writers = op.ctx.restore_each(|batch, _| {
+            let state = step
+                .instance_mut()
+                .keyed_state()
+                .ok_or_else(|| TaskError::State {
+                    stage: stage.to_string(),
+                    message: "the step instance is not keyed".into(),
+                })?;
+            state
+                .restore(batch, vnodes)
+                .map_err(|source| TaskError::KeyedRestore {
+                    stage: stage.to_string(),
+                    source,
+                })
+        })?;
+        op.watermark = writers.lowest();
         Ok(op)
     }
 
-    fn state(&mut self) -> Result<&mut KeyedState, TaskError> {
-        let ctx = &self.ctx;
-        self.step
-            .instance_mut()
-            .keyed_state()
-            .ok_or_else(|| ctx.error("the step instance is not keyed"))
-    }
-
     fn fire(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), TaskError> {
-        match self.step.instance_mut().fire_timers(watermark)? {
-            Some(rows) => out.emit(rows),
-            None => Ok(()),
+        loop {
+            let instance = self.step.instance_mut();
+            let (rows, fired) = instance.fire_timers(watermark, TIMERS_PER_CALL)?;
+            if let Some(rows) = rows {
+                out.emit(rows)?;
+            }
+            if fired < TIMERS_PER_CALL {
+                return Ok(());
+            }
         }
     }
 }
@@ -93,18 +109,12 @@ impl Operator for KeyedWasmStep {
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
         let watermark = self.watermark;
-        let (changed, held) = {
-            let state = self.state()?;
-            (state.changed(), state.len())
-        };
-        let kind = self.ctx.next_kind(changed, held);
-        let state = self.state()?;
-        let columns = state.snapshot_columns(kind);
-        state.mark_saved();
-        let snapshot =
-            self.ctx
-                .encode(epoch, KeyedState::snapshot_schema(kind), watermark, columns)?;
-        self.ctx.hand_off(epoch, &self.format, snapshot, kind);
-        Ok(())
+        let ctx = &mut self.ctx;
+        let state = self
+            .step
+            .instance_mut()
+            .keyed_state()
+            .ok_or_else(|| ctx.error("the step instance is not keyed"))?;
+        ctx.checkpoint(epoch, &self.format, &mut KeyedCheckpoint(state, watermark))
     }
 }

@@ -316,6 +316,7 @@ impl Operator for SessionAggregate {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
+        self.ctx
+            .checkpoint(epoch, self.format.id(), &mut self.table)
     }
 }

@@ -367,6 +367,7 @@ impl Operator for IntervalJoin {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
+        self.ctx
+            .checkpoint(epoch, self.format.id(), &mut self.table)
     }
 }

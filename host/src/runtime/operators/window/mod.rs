@@ -378,7 +378,8 @@ impl Operator for WindowAggregate {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        self.ctx.checkpoint(epoch, &self.format, &mut self.table)
+        self.ctx
+            .checkpoint(epoch, self.format.id(), &mut self.table)
     }
 }
 
