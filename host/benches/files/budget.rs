@@ -1,5 +1,7 @@
-//! The state-budget run: one GROUP BY over `seq % N` (two rows per group,
-//! unpaced `generator` → updating aggregate → `blackhole-sink`), its state
+//! The state-budget runs: one GROUP BY over `seq % N` (two rows per group,
+//! unpaced `generator` → updating aggregate → `blackhole-sink`), and the
+//! same keys counted by a keyed Wasm step (`test-keyed-step`: a value and
+//! a timer per key, every key emitted at the end), each with its state
 //! all in memory and under `state_memory`, in the same run; printed per
 //! run: groups, budget, peak RSS, wall time, CPU seconds and rows per
 //! CPU-second, and the budgeted run's ratio to the in-memory one
@@ -10,7 +12,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn topology(groups: u64, budget: Option<&str>) -> String {
+/// The GROUP BY.
+fn group_by(groups: u64, budget: Option<&str>) -> String {
     let budget = budget.map_or(String::new(), |b| format!("state_memory = \"{b}\""));
     format!(
         r#"name = "budget"
@@ -35,6 +38,37 @@ input = "totals"
 plugin = "blackhole-sink"
 "#,
         events = 2 * groups
+    )
+}
+
+/// The keyed step: one key per group, as a `Utf8` word.
+fn keyed_step(groups: u64, budget: Option<&str>) -> String {
+    let budget = budget.map_or(String::new(), |b| format!("state_memory = \"{b}\""));
+    let wasm = Path::new(env!("FV_PLUGIN_DIR")).join("test_keyed_step.wasm");
+    format!(
+        r#"name = "budget"
+
+[sources.nums]
+plugin = "generator"
+config = {{ kind = "sequence", events = {events} }}
+watermark = {{ column = "ts" }}
+
+[stages.words]
+input = "nums"
+sql = "SELECT arrow_cast(concat('k', CAST(seq % {groups} AS VARCHAR)), 'Utf8') AS word FROM nums"
+
+[stages.counts]
+input = "words"
+path = "{wasm}"
+key = ["word"]
+{budget}
+
+[sinks.out]
+input = "counts"
+plugin = "blackhole-sink"
+"#,
+        events = 2 * groups,
+        wasm = wasm.display()
     )
 }
 
@@ -82,20 +116,26 @@ fn run(dir: &Path) -> Taken {
     }
 }
 
-/// Print the state-budget table.
+/// Print the state-budget tables.
 pub fn budget() {
     let groups: u64 = std::env::var("FV_BENCH_BUDGET_GROUPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3_000_000);
     let budget = std::env::var("FV_BENCH_BUDGET").unwrap_or_else(|_| "64MiB".into());
+    table("GROUP BY", groups, &budget, group_by);
+    table("keyed step", groups, &budget, keyed_step);
+}
+
+/// One table: `what` over `groups` keys in memory, then under `budget`.
+fn table(what: &str, groups: u64, budget: &str, topology: fn(u64, Option<&str>) -> String) {
     let rows = 2 * groups;
     println!(
-        "\nState budget: GROUP BY over {groups} keys, {rows} rows, p = 1, in memory vs state_memory = \"{budget}\" (same run)\n{:<22} {:>10} {:>8} {:>8} {:>14} {:>8}",
+        "\nState budget: {what} over {groups} keys, {rows} rows, p = 1, in memory vs state_memory = \"{budget}\" (same run)\n{:<22} {:>10} {:>8} {:>8} {:>14} {:>8}",
         "", "peak RSS", "wall s", "CPU s", "rows/CPU-s", "ratio"
     );
     let mut base: Option<f64> = None;
-    for limit in [None, Some(budget.as_str())] {
+    for limit in [None, Some(budget)] {
         let dir =
             std::env::temp_dir().join(format!("fvhost-bench-budget-{groups}-{}", limit.is_some()));
         std::fs::create_dir_all(&dir).expect("bench dir");
