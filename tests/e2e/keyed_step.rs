@@ -612,8 +612,10 @@ fn a_budgeted_keyed_step_failed_on_disk_killed_and_rescaled_writes_each_row_once
     let mut state = seed;
     let s = Scratch::new();
     let budget = "state_memory = \"1MiB\"";
-    // ~3 s of input: every kill lands mid-stream.
-    s.write("t.toml", &many_words(budget, 40_000, 2));
+    // 120,000 events at 10,000 a second: at least 6 s of input, so the
+    // failed run, the first checkpoint and three kills of under a second
+    // each all land mid-stream, even on a loaded machine.
+    s.write("t.toml", &many_words(budget, 10_000, 2));
     let args = ["run", "t.toml", "--no-progress"];
     let failed = s.fvhost_env(&args, &[("FVHOST_FAIL_AT", "spill-write:4")]);
     assert_exit(&failed, 1);
@@ -626,7 +628,7 @@ fn a_budgeted_keyed_step_failed_on_disk_killed_and_rescaled_writes_each_row_once
     }
     kill_after_first_checkpoint(&s, &args, "words");
     kill_at_random_moments(&s, &args, 3, (300, 600), &mut state, |_| {});
-    s.write("t.toml", &many_words(budget, 40_000, 3));
+    s.write("t.toml", &many_words(budget, 10_000, 3));
     let last = s.fvhost(&args);
     assert_exit(&last, 0);
     assert!(
