@@ -268,17 +268,17 @@ impl StateContext {
                 .map_err(|e| self.state_error(e))?
                 .with_spill_fault(spill_fault());
         }
-        let mut writers = WriterWatermarks::default();
-        // One batch at a time, each object's bytes dropped before the next
-        // is read: a restore holds the table, one object's bytes and one
-        // decoded batch, not every object decoded at once.
-        for (object, bytes) in std::mem::take(&mut self.restored) {
-            StateSnapshot::read_batches(&object, &bytes, |batch| {
-                writers.record(object.vnodes, saved_watermark(&batch));
-                table.restore(&batch, object.vnodes)
-            })
-            .map_err(|e| self.state_error(e))?;
-        }
+        // A restore holds the table, one object's bytes and one decoded
+        // batch, not every object decoded at once.
+        let stage = self.stage.clone();
+        let writers = self.restore_each(|batch, vnodes| {
+            table
+                .restore(batch, vnodes)
+                .map_err(|source| TaskError::StateTable {
+                    stage: stage.clone(),
+                    source,
+                })
+        })?;
         table.restore_watermarks(writers);
         Ok(table)
     }

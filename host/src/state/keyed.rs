@@ -339,7 +339,8 @@ impl KeyedState {
         let need = spill.hot_bytes - spill.budget / 4 * 3;
         let mut freed = 0;
         let mut cold: Vec<ColdEntry> = Vec::new();
-        // Two passes at most: the first clears every used mark it passes.
+        // From the hand to the end, then at most twice from the start: the
+        // first whole pass clears every used mark, so the next finds room.
         for _ in 0..3 {
             let from = match spill.hand.take() {
                 Some(hand) => Bound::Excluded(hand),
@@ -646,12 +647,13 @@ impl KeyedState {
                 }
             }
         }
+        // Values put back went to memory: within the budget again.
+        self.evict();
     }
 
     /// The first change refused (or failed on disk) since the last call of
     /// this, if any.
     pub fn take_refusal(&mut self) -> Option<KeyedStateError> {
-        self.evict();
         self.refused.take()
     }
 

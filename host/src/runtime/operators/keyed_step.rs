@@ -21,6 +21,7 @@ use crate::runtime::checkpoint::KeyedCheckpoint;
 use crate::runtime::checkpoint::StateContext;
 use crate::runtime::message::Watermark;
 use crate::runtime::operator::{Emitter, Operator, TaskError};
+use crate::state::KeyedState;
 
 /// Timers one `on-timers` call gets at most: a watermark that passes
 /// more fires them in several calls, in time order.
@@ -51,20 +52,10 @@ impl KeyedWasmStep {
             ctx,
         };
         // The budget first: a restore larger than it spills as it goes.
-        let ctx = &mut op.ctx;
-        if let Some(state) = op.step.instance_mut().keyed_state() {
-            ctx.budget_keyed(state)?;
-        }
+        let state = keyed_state(&mut op.step, &op.ctx)?;
+        op.ctx.budget_keyed(state)?;
         let vnodes = op.ctx.vnodes;
-        let step = &mut op.step;
         let writers = op.ctx.restore_each(|batch, _| {
-            let state = step
-                .instance_mut()
-                .keyed_state()
-                .ok_or_else(|| TaskError::State {
-                    stage: stage.to_string(),
-                    message: "the step instance is not keyed".into(),
-                })?;
             state
                 .restore(batch, vnodes)
                 .map_err(|source| TaskError::KeyedRestore {
@@ -108,13 +99,19 @@ impl Operator for KeyedWasmStep {
     }
 
     fn on_barrier(&mut self, epoch: u64, _out: &mut Emitter) -> Result<(), TaskError> {
-        let watermark = self.watermark;
-        let ctx = &mut self.ctx;
-        let state = self
-            .step
-            .instance_mut()
-            .keyed_state()
-            .ok_or_else(|| ctx.error("the step instance is not keyed"))?;
-        ctx.checkpoint(epoch, &self.format, &mut KeyedCheckpoint(state, watermark))
+        let state = keyed_state(&mut self.step, &self.ctx)?;
+        let saved = &mut KeyedCheckpoint(state, self.watermark);
+        self.ctx.checkpoint(epoch, &self.format, saved)
     }
+}
+
+/// The keyed state of `step`'s instance (made keyed when the stage was
+/// planned).
+fn keyed_state<'a>(
+    step: &'a mut WasmStep,
+    ctx: &StateContext,
+) -> Result<&'a mut KeyedState, TaskError> {
+    step.instance_mut()
+        .keyed_state()
+        .ok_or_else(|| ctx.error("the step instance is not keyed"))
 }
