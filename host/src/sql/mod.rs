@@ -6,5 +6,6 @@
 //! are refused with a message that says so.
 
 mod stateless;
+mod wall_clock;
 
 pub use stateless::{JoinedSides, SqlError, StatelessQuery};

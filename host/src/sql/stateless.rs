@@ -95,6 +95,9 @@ impl StatelessQuery {
         sides: Option<&JoinedSides>,
     ) -> Result<Self, SqlError> {
         let ctx = SessionContext::new();
+        for f in super::wall_clock::functions() {
+            ctx.register_udf(f.as_ref().clone());
+        }
         ctx.register_table(input_name, Arc::new(EmptyTable::new(Arc::clone(&schema))))
             .map_err(|e| SqlError::Plan(e.to_string()))?;
         if let Some(sides) = sides {
@@ -453,6 +456,64 @@ mod tests {
         assert_eq!(out.num_rows(), b.num_rows());
         let s = out.column(0).as_string::<i32>();
         assert!(s.value(0).starts_with('a'), "{:?}", s.value(0));
+    }
+
+    /// DataFusion's `now()` only runs folded into a literal at planning:
+    /// evaluated, the stage failed on its first batch with an internal
+    /// error. Now each batch reads the clock when it is processed.
+    #[test]
+    fn wall_clock_functions_read_the_time_each_batch_is_processed() {
+        use arrow::datatypes::{Date32Type, Time64NanosecondType, TimestampNanosecondType};
+        let b = bids();
+        let q = StatelessQuery::plan(
+            "SELECT now() AS t, current_timestamp AS ts, current_date AS d, today() AS d2, current_time AS tm, auction FROM bids",
+            "bids",
+            b.schema(),
+        )
+        .expect("plan");
+        let clock = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos() as i64
+        };
+        let read = |out: &RecordBatch, column: usize| {
+            out.column(column)
+                .as_primitive::<TimestampNanosecondType>()
+                .value(0)
+        };
+        let before = clock();
+        let first = q.evaluate(&b).expect("eval");
+        let after = clock();
+        assert!(
+            (before..=after).contains(&read(&first, 0)),
+            "now() is the processing time"
+        );
+        assert!(
+            (before..=after).contains(&read(&first, 1)),
+            "current_timestamp is now()"
+        );
+        const DAY: i64 = 86_400_000_000_000;
+        let day = i64::from(first.column(2).as_primitive::<Date32Type>().value(0));
+        assert!((before.div_euclid(DAY)..=after.div_euclid(DAY)).contains(&day));
+        assert_eq!(
+            i64::from(first.column(3).as_primitive::<Date32Type>().value(0)),
+            day
+        );
+        let since_midnight = first
+            .column(4)
+            .as_primitive::<Time64NanosecondType>()
+            .value(0);
+        assert!(
+            (since_midnight - before.rem_euclid(DAY)).rem_euclid(DAY) <= after - before,
+            "current_time is the time of day now"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let second = q.evaluate(&b).expect("eval");
+        assert!(
+            read(&second, 0) >= read(&first, 0) + 5_000_000,
+            "a later batch reads a later time, not the planning time"
+        );
     }
 
     #[test]
