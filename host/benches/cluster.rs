@@ -16,10 +16,7 @@
 //! First, how members agree on tansu: 2 and 3 members started together,
 //! the time until they run one generation, then one killed, the time
 //! until the others run the next (`FV_BENCH_TRIES` tries each, default
-//! 20; `FV_BENCH_ONLY=convergence` stops there). Last, the exchange
-//! layout at P = C = 2, 8, 32 on the mock cluster: partitions per keyed
-//! edge and events/s against one plain process (`FV_BENCH_ONLY=exchange`
-//! runs only that, without tansu).
+//! 20; `FV_BENCH_ONLY=convergence` stops there).
 //! `cargo bench --workspace --bench cluster`
 //! (`FV_BENCH_EVENTS`, default 1,000,000; `FV_BENCH_REPEAT`, default 3).
 //! Needs tansu: `FVHOST_TANSU`, the CI's cache or the PATH.
@@ -410,68 +407,13 @@ fn convergence(broker: &Broker, dir: &Path, members: usize, tries: usize, sessio
     );
 }
 
-/// The exchange layout as parallelism grows: `bids` (a generator of `n`
-/// tasks) → a keyed tumbling count of `n` tasks → a blackhole, in one
-/// plain process and as one member holding every task on the mock
-/// cluster (its keyed edge through Kafka). Prints the edge's partitions
-/// (one per consuming task; one per task pair before) and events/s.
-fn exchange_layout(engine: &PluginEngine, dir: &Path, events: u64, repeat: usize) {
-    let mock = TrackedMock::untracked();
-    println!(
-        "\nExchange layout, {events} events, generator ×P → keyed 10 s count ×C → blackhole, mock cluster (in this process), best of {repeat}\n"
-    );
-    println!(
-        "{:<12} {:>11} {:>16} {:>14} {:>14} {:>9}",
-        "P = C", "partitions", "(one per pair)", "plain ev/s", "member ev/s", "member ×"
-    );
-    for n in [2usize, 8, 32] {
-        let text = |name: &str, cluster: &str| {
-            format!(
-                r#"
-name = "{name}"
-
-[checkpoint]
-interval = "1s"
-
-[sources.bids]
-plugin = "generator"
-config = {{ stream = "bid", events = {events}, rate = 0, seed = 11 }}
-parallelism = {n}
-watermark = {{ column = "date_time" }}
-
-[stages.counts]
-input = "bids"
-window = {{ time = "date_time", size = "10s" }}
-key = ["auction"]
-aggregates = ["count(*) AS bids"]
-parallelism = {n}
-
-[sinks.out]
-input = "counts"
-plugin = "blackhole-sink"
-
-{cluster}
-"#
-            )
-        };
-        let plain = rate(engine, dir, &text(&format!("plain{n}"), ""), repeat);
-        let name = format!("layout{n}");
-        mock.create_topic(&format!("fv.{name}.exchange.bids.counts.{n}"), n as i32);
-        let cluster = format!("[cluster]\nbrokers = \"kafka://{}\"", mock.brokers());
-        let member = rate(engine, dir, &text(&name, &cluster), repeat);
-        println!(
-            "{:<12} {:>11} {:>16} {:>14.0} {:>14.0} {:>8.2}x",
-            n,
-            n,
-            n * n,
-            plain.events_per_s,
-            member.events_per_s,
-            member.events_per_s / plain.events_per_s
-        );
-    }
-}
-
 fn main() {
+    if broker::tansu_binary().is_none() {
+        println!(
+            "cluster bench skipped: no tansu binary (FVHOST_TANSU, /var/tmp/fvhost-tools/bin or PATH)"
+        );
+        return;
+    }
     let events: u64 = std::env::var("FV_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -481,17 +423,6 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
         .max(1);
-    if std::env::var("FV_BENCH_ONLY").is_ok_and(|v| v == "exchange") {
-        let dir = tempfile::tempdir().expect("tempdir");
-        exchange_layout(&common::engine(), dir.path(), events, repeat);
-        return;
-    }
-    if broker::tansu_binary().is_none() {
-        println!(
-            "cluster bench skipped: no tansu binary (FVHOST_TANSU, /var/tmp/fvhost-tools/bin or PATH)"
-        );
-        return;
-    }
     let engine = common::engine();
     let mut dir = tempfile::tempdir().expect("tempdir");
     if std::env::var_os("FV_KEEP_SCRATCH").is_some() {
@@ -618,12 +549,12 @@ fn main() {
     let cluster = format!("kafka://{}", mock.brokers());
     let mut times = Vec::new();
     for round in 0..3 {
-        for (edge, partitions) in [
-            ("cards.counts.2", 2),
-            ("cards.flagged.2", 2),
-            ("counts.busiest.1", 1),
+        for edge in [
+            "cards.counts.1x2",
+            "cards.flagged.1x2",
+            "counts.busiest.2x1",
         ] {
-            mock.create_topic(&format!("fv.recovery{round}.exchange.{edge}"), partitions);
+            mock.create_topic(&format!("fv.recovery{round}.exchange.{edge}"), 2);
         }
         let run_dir = dir.path().join(format!("recovery-{round}"));
         std::fs::create_dir_all(&run_dir).expect("mkdir");
@@ -664,5 +595,4 @@ fn main() {
         "from one of 3 members' SIGKILL to the first row the next generation commits (the other two, 2 s session timeout, 1 s checkpoints): {}",
         shown(&mut times)
     );
-    exchange_layout(&engine, dir.path(), events, repeat);
 }

@@ -80,12 +80,12 @@ fn a_member_killed_at_random_moments_and_restarted_writes_what_one_plain_process
         let name = format!("member_{round}");
         // The mock cluster has no CreateTopics: the topics a member would
         // create, made beforehand (tansu creates them in the test below).
-        for (edge, partitions) in [
-            ("cards.counts.2", 2),
-            ("cards.flagged.2", 2),
-            ("counts.busiest.1", 1),
+        for edge in [
+            "cards.counts.1x2",
+            "cards.flagged.1x2",
+            "counts.busiest.2x1",
         ] {
-            broker.create_topic(&format!("fv.{name}.exchange.{edge}"), partitions);
+            broker.create_topic(&format!("fv.{name}.exchange.{edge}"), 2);
         }
         // Paced to ~5 s of input, so that kills land mid-stream.
         s.write("t.toml", &topology(&name, EVENTS, 20_000));
@@ -125,12 +125,10 @@ fn a_member_killed_at_random_moments_and_restarted_writes_what_one_plain_process
                 topic.starts_with(&format!("fv.{name}.exchange.")),
                 "{topic}"
             );
-            // Named after its consuming tasks, one partition each.
-            let consumers = topic.rsplit('.').next().and_then(|c| c.parse().ok());
             assert_eq!(
                 partitions.as_object().map(|p| p.len()),
-                consumers,
-                "{topic}: one partition per consuming task: {partitions:?}"
+                Some(2),
+                "{topic}: one partition per (producing, consuming) task: {partitions:?}"
             );
         }
         let status = exchanges(&s, &name);
@@ -195,7 +193,7 @@ fn a_slow_consumer_slows_its_producer_through_the_exchange() {
     let alerts = plain.output_lines("out/alerts");
     let broker = TrackedMock::untracked();
     let s = Scratch::new();
-    broker.create_topic("fv.backlog.exchange.cards.flagged.2", 2);
+    broker.create_topic("fv.backlog.exchange.cards.flagged.1x2", 2);
     s.write("t.toml", &slow_consumer("backlog"));
     let cluster = format!("kafka://{}", broker.brokers());
     let run = s.fvhost(&["run", "t.toml", "--no-progress", "--cluster", &cluster]);
@@ -241,29 +239,28 @@ fn a_member_creates_its_exchange_topics_and_writes_what_one_plain_process_writes
     assert_eq!(
         topics,
         vec![
-            ("fv.created.exchange.cards.counts.2".to_string(), 2),
-            ("fv.created.exchange.cards.flagged.2".to_string(), 2),
-            ("fv.created.exchange.counts.busiest.1".to_string(), 1),
+            ("fv.created.exchange.cards.counts.1x2".to_string(), 2),
+            ("fv.created.exchange.cards.flagged.1x2".to_string(), 2),
+            ("fv.created.exchange.counts.busiest.2x1".to_string(), 2),
         ]
     );
-    // The broker has them, with one partition per consuming task: the
-    // two counting tasks share the busiest stage's one partition.
+    // The broker has them, with one partition per task pair.
     let admin = broker.config();
     let consumer: rdkafka::consumer::BaseConsumer = admin.create().expect("client");
     use rdkafka::consumer::Consumer;
     let metadata = consumer
         .fetch_metadata(
-            Some("fv.created.exchange.counts.busiest.1"),
+            Some("fv.created.exchange.counts.busiest.2x1"),
             std::time::Duration::from_secs(10),
         )
         .expect("metadata");
-    assert_eq!(metadata.topics()[0].partitions().len(), 1);
+    assert_eq!(metadata.topics()[0].partitions().len(), 2);
 }
 
 #[test]
 fn an_exchange_topic_with_another_layout_is_refused_naming_it() {
     let broker = Broker::start();
-    broker.create_topic("fv.layout.exchange.cards.counts.2", 3);
+    broker.create_topic("fv.layout.exchange.cards.counts.1x2", 3);
     let s = Scratch::new();
     s.write("t.toml", &topology("layout", 1_000, 0));
     let cluster = format!("kafka://{}", broker.addr());
@@ -271,7 +268,7 @@ fn an_exchange_topic_with_another_layout_is_refused_naming_it() {
     assert_exit(&run, 1);
     assert!(
         run.stderr.contains(
-            "the exchange topic `fv.layout.exchange.cards.counts.2` exists with 3 partitions, this topology needs 2"
+            "the exchange topic `fv.layout.exchange.cards.counts.1x2` exists with 3 partitions, this topology needs 2"
         ),
         "{}",
         run.stderr

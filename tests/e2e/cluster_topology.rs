@@ -87,12 +87,12 @@ pub fn member_topics(name: &str) -> Vec<(String, i32)> {
         (format!("fv.{name}.acks"), 1),
     ];
     for (edge, partitions) in [
-        ("bids.cards.1", 1),
-        ("cards.counts.2", 2),
-        ("cards.flagged.2", 2),
-        ("counts.busiest.1", 1),
-        ("busiest.top.1", 1),
-        ("flagged.alerts.1", 1),
+        ("bids.cards.1x1", 1),
+        ("cards.counts.1x2", 2),
+        ("cards.flagged.1x2", 2),
+        ("counts.busiest.2x1", 2),
+        ("busiest.top.1x1", 1),
+        ("flagged.alerts.2x1", 2),
     ] {
         topics.push((format!("fv.{name}.exchange.{edge}"), partitions));
     }

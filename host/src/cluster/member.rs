@@ -75,6 +75,13 @@ impl MemberJob {
     /// The job of `plan` on the cluster `settings`.
     pub fn of(plan: &Plan, settings: &ClusterSettings) -> MemberJob {
         let topology = plan.topology.name.clone();
+        let mut parallelism = BTreeMap::new();
+        for s in &plan.sources {
+            parallelism.insert(s.name.clone(), s.tasks.len());
+        }
+        for s in &plan.stages {
+            parallelism.insert(s.name.clone(), s.tasks.len());
+        }
         let consumers = plan
             .stages
             .iter()
@@ -87,9 +94,10 @@ impl MemberJob {
         let mut topics = vec![(commands_topic(&topology), 1), (acks_topic(&topology), 1)];
         for (to, inputs, consumers) in consumers {
             for from in inputs {
+                let producers = parallelism.get(from).copied().unwrap_or(0);
                 topics.push((
-                    Exchanges::topic_name(&topology, from, to, consumers),
-                    consumers as i32,
+                    Exchanges::topic_name(&topology, from, to, producers, consumers),
+                    (producers * consumers) as i32,
                 ));
             }
         }

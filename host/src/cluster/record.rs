@@ -12,7 +12,7 @@
 //! | 18..22 | producing task |
 //! | 22..30 | epoch the record belongs to |
 //! | 30..38 | barrier: its epoch; watermark: µs since 1970; batch: when its rows were read, µs since 1970 |
-//! | 38..46 | sequence number within the producing task's records of the partition and generation, from 1 |
+//! | 38..46 | sequence number within the partition and generation, from 1 |
 //!
 //! The sequence number lets a reader check what the broker's idempotent
 //! producer promises, without trusting it: a record written twice (a
@@ -60,8 +60,7 @@ pub struct RecordHeader {
     pub epoch: u64,
     /// Kind-specific (see the module doc).
     pub arg: i64,
-    /// Its place in its task's stream into the partition in this
-    /// generation, from 1.
+    /// Its place in the partition's stream of this generation, from 1.
     pub seq: u64,
 }
 
@@ -204,8 +203,7 @@ pub enum Verdict {
     },
 }
 
-/// The records of one writer (a producing task) of one generation in one
-/// partition, in order and once.
+/// The records of one generation in one partition, in order and once.
 #[derive(Debug, Clone)]
 pub struct PartitionFilter {
     generation: Generation,
@@ -239,14 +237,6 @@ impl PartitionFilter {
         }
         self.last = header.seq;
         Verdict::Deliver
-    }
-
-    /// Record `seq`, just judged [`Verdict::Deliver`], was not passed on
-    /// after all (set aside, to be read again): expect it next.
-    pub fn retract(&mut self, seq: u64) {
-        if self.last == seq {
-            self.last = seq - 1;
-        }
     }
 }
 

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_channel::{SendError, SendTimeoutError, Sender};
+use crossbeam_channel::{SendError, Sender};
 
 use super::message::Message;
 use super::status::EdgeStatus;
@@ -153,35 +153,6 @@ impl EdgeSender {
             g.sending();
         }
         let sent = tx.send(message);
-        if sent.is_err()
-            && let Some(g) = gauge
-        {
-            g.received();
-        }
-        sent
-    }
-
-    /// Send, waiting at most `timeout` while the channel is full (a
-    /// reader of several producers' records must not wait behind one the
-    /// consumer holds back for alignment). Through a transport: as
-    /// [`EdgeSender::send`].
-    pub fn send_timeout(
-        &self,
-        message: Message,
-        timeout: std::time::Duration,
-    ) -> Result<(), SendTimeoutError<Message>> {
-        let (tx, gauge) = match &self.route {
-            Route::Channel { tx, gauge } => (tx, gauge),
-            Route::Remote(sender) => {
-                return sender
-                    .send(message)
-                    .map_err(|SendError(m)| SendTimeoutError::Disconnected(m));
-            }
-        };
-        if let Some(g) = gauge {
-            g.sending();
-        }
-        let sent = tx.send_timeout(message, timeout);
         if sent.is_err()
             && let Some(g) = gauge
         {

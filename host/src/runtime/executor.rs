@@ -460,10 +460,9 @@ struct Wiring {
     /// receiver, gauge).
     inputs: BTreeMap<(String, usize), Vec<TaskInput>>,
     side_outputs: BTreeMap<(String, usize), EdgeSender>,
-    /// Exchange partitions of the whole job, one per consuming task of an
-    /// edge through a topic (each acknowledges every barrier to the
-    /// coordinator, from whichever member reads it).
-    exchange_partitions: usize,
+    /// Exchange partitions of the whole job (each acknowledges every
+    /// barrier to the coordinator, from whichever member reads it).
+    exchange_pairs: usize,
 }
 
 impl Wiring {
@@ -519,7 +518,7 @@ fn wire_edges(
         outputs: BTreeMap::new(),
         inputs: BTreeMap::new(),
         side_outputs: BTreeMap::new(),
-        exchange_partitions: 0,
+        exchange_pairs: 0,
     };
     let mut schemas: BTreeMap<String, SchemaRef> = BTreeMap::new();
     for s in &plan.sources {
@@ -552,8 +551,6 @@ fn wire_edges(
                 }
                 _ => None,
             };
-            // Consuming tasks that read a partition of the edge's topic.
-            let mut partitions = std::collections::BTreeSet::new();
             for p in 0..producers {
                 let mut senders = Vec::with_capacity(*tasks);
                 for c in 0..*tasks {
@@ -562,7 +559,7 @@ fn wire_edges(
                     let local = EdgeSender::new(tx, channel.clone());
                     match exchange.as_mut() {
                         Some((ex, edge)) if through_topic(p, c) => {
-                            partitions.insert(c);
+                            wiring.exchange_pairs += 1;
                             let reads = owned.has(consumer, c);
                             if reads {
                                 ex.reader(edge, p, c, local, owned.has(input, p))?;
@@ -592,7 +589,6 @@ fn wire_edges(
                     .or_default()
                     .push(downstream);
             }
-            wiring.exchange_partitions += partitions.len();
         }
     }
     Ok(wiring)
@@ -746,7 +742,7 @@ impl<'a> Launch<'a> {
             .flat_map(|s| &s.tasks)
             .filter(|t| t.state_format().is_some())
             .count();
-        self.job_totals = Some((sources, sinks, stateful, wiring.exchange_partitions));
+        self.job_totals = Some((sources, sinks, stateful, wiring.exchange_pairs));
     }
 
     /// A member's part in the epoch protocol: the coordinator (its
