@@ -96,7 +96,7 @@ impl StatelessQuery {
     ) -> Result<Self, SqlError> {
         let ctx = SessionContext::new();
         for f in super::wall_clock::functions() {
-            ctx.register_udf(f.as_ref().clone());
+            ctx.register_udf(f);
         }
         ctx.register_table(input_name, Arc::new(EmptyTable::new(Arc::clone(&schema))))
             .map_err(|e| SqlError::Plan(e.to_string()))?;

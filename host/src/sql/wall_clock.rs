@@ -11,8 +11,6 @@
 //! uninterrupted run's. This module never reads event time; a window or a
 //! watermark on such a column is the user's choice.
 
-use std::sync::Arc;
-
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{
@@ -92,13 +90,12 @@ impl ScalarUDFImpl for WallClock {
 }
 
 /// The wall-clock functions, to register over DataFusion's own.
-pub fn functions() -> Vec<Arc<ScalarUDF>> {
+pub fn functions() -> impl Iterator<Item = ScalarUDF> {
     [
         WallClock::new(Reading::Timestamp, &["current_timestamp"]),
         WallClock::new(Reading::Date, &["today"]),
         WallClock::new(Reading::Time, &[]),
     ]
     .into_iter()
-    .map(|f| Arc::new(ScalarUDF::from(f)))
-    .collect()
+    .map(ScalarUDF::from)
 }
